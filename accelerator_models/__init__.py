@@ -1,0 +1,34 @@
+"""Accelerator models: strict TOML specs of real and hypothetical GPUs, and the shipped catalog.
+
+>>> from accelerator_models import load
+>>> a100 = load("a100", ["sparse_tensor.patterns=2:4,1:4"])
+>>> a100.supports_nm(1, 4)
+True
+"""
+
+from .catalog import CATALOG_DIR, aliases, catalog_names, load, resolve_path
+from .loader import FIELDS, parse_pattern
+from .spec import (
+    TENSOR_DTYPES,
+    VECTOR_DTYPES,
+    Accelerator,
+    BlockSparse,
+    SparseTensorCore,
+    SpecError,
+)
+
+__all__ = [
+    "Accelerator",
+    "BlockSparse",
+    "CATALOG_DIR",
+    "FIELDS",
+    "SparseTensorCore",
+    "SpecError",
+    "TENSOR_DTYPES",
+    "VECTOR_DTYPES",
+    "aliases",
+    "catalog_names",
+    "load",
+    "parse_pattern",
+    "resolve_path",
+]

@@ -1,0 +1,267 @@
+"""Strict loading of accelerator specs: raw TOML, then validation by key path, then the dataclass.
+
+A spec file may ``extends`` a catalog entry (or another file) and override any field; the
+command line may override fields again with ``FIELD=VALUE`` strings. Unknown keys, duplicate
+keys, wrong types and non-positive rates are errors that name the file and the key path.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .spec import (
+    TENSOR_DTYPES,
+    VECTOR_DTYPES,
+    Accelerator,
+    BlockSparse,
+    SparseTensorCore,
+    SpecError,
+)
+
+__all__ = ["FIELDS", "parse_spec_file", "build", "apply_overrides", "parse_pattern"]
+
+_PATTERN = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
+
+
+def parse_pattern(text: str, where: str) -> tuple[int, int]:
+    """Parse an N:M pattern such as ``"2:4"`` with 1 <= N < M."""
+    match = _PATTERN.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise SpecError(f"{where}: {text!r} is not an N:M pattern; write it like \"2:4\"")
+    n, m = int(match.group(1)), int(match.group(2))
+    if not 1 <= n < m:
+        raise SpecError(f"{where}: pattern {text!r} needs 1 <= N < M")
+    return n, m
+
+
+# --- field parsers: (value from TOML or --set, where) -> validated value ----------------------
+
+
+def _positive_float(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(f"{where}: expected a positive number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise SpecError(f"{where}: must be a positive finite number, got {value!r}")
+    return value
+
+
+def _rate_fraction(value: Any, where: str) -> float:
+    value = _positive_float(value, where)
+    if value > 1.0:
+        raise SpecError(f"{where}: {value:g} is above 1; nonzero_rate is the sparse core's "
+                        "rate on nonzeros relative to the dense peak (1.0 = same throughput); "
+                        "raise tensor_flops_per_s instead")
+    return value
+
+
+def _patterns(value: Any, where: str) -> tuple[tuple[int, int], ...]:
+    if not isinstance(value, list):
+        raise SpecError(f"{where}: expected a list of N:M patterns such as [\"2:4\", \"1:4\"]")
+    patterns = tuple(parse_pattern(item, where) for item in value)
+    if len(set(patterns)) != len(patterns):
+        raise SpecError(f"{where}: lists a pattern twice; list each N:M pattern once")
+    return patterns
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
+def _block_size(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+        raise SpecError(f"{where}: expected an integer block size from 1 to 64, got {value!r}")
+    return value
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise SpecError(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+def _texts(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"{where}: expected a list of strings")
+    return tuple(value)
+
+
+#: Every model field, by dotted key path. Each one moves some output of the evaluator.
+FIELDS: dict[str, Callable[[Any, str], Any]] = {
+    "dram_bandwidth_bytes_per_s": _positive_float,
+    **{f"tensor_flops_per_s.{d}": _positive_float for d in TENSOR_DTYPES},
+    **{f"vector_flops_per_s.{d}": _positive_float for d in VECTOR_DTYPES},
+    "sparse_tensor.patterns": _patterns,
+    "sparse_tensor.nonzero_rate": _rate_fraction,
+    "block_sparse.supported": _bool,
+    "block_sparse.min_block_size": _block_size,
+}
+
+#: Descriptive keys: they name and document a spec and move no number.
+METADATA: dict[str, Callable[[Any, str], Any]] = {
+    "name": _text,
+    "description": _text,
+    "aliases": _texts,
+    "sources": _texts,
+    "unverified": _texts,
+    "extends": _text,
+}
+
+_TABLES = {"tensor_flops_per_s", "vector_flops_per_s", "sparse_tensor", "block_sparse"}
+
+
+def _flatten(table: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            if prefix or key not in _TABLES:
+                raise SpecError(f"{where}: unknown table [{path}]; known tables: "
+                                + ", ".join(sorted(_TABLES)))
+            flat.update(_flatten(value, where, prefix=f"{path}."))
+        elif path in FIELDS or (not prefix and path in METADATA):
+            flat[path] = value
+        else:
+            raise SpecError(f"{where}: unknown key {path!r}; {_suggest(path)}")
+    return flat
+
+
+def _suggest(path: str, fields_only: bool = False) -> str:
+    head = path.split(".")[0]
+    siblings = sorted(p for p in FIELDS if p.startswith(head + "."))
+    if siblings:
+        return "known keys here: " + ", ".join(siblings)
+    if fields_only:  # --set takes model fields only, not the descriptive keys
+        return "settable fields: " + ", ".join(sorted(FIELDS))
+    return "known keys: " + ", ".join(list(METADATA) + sorted(FIELDS))
+
+
+_KEY_LINE = re.compile(r"^\s*([A-Za-z0-9_-]+(?:\s*\.\s*[A-Za-z0-9_-]+)*)\s*=")
+_TABLE_LINE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.-]+)\s*\]\s*(#.*)?$")
+
+
+def _find_duplicate(text: str) -> str | None:
+    """Name the first key path defined twice; tomllib rejects duplicates but does not name them."""
+    seen: dict[str, int] = {}
+    table = ""
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if m := _TABLE_LINE.match(line):
+            table = m.group(1)
+            path = table
+        elif m := _KEY_LINE.match(line):
+            key = re.sub(r"\s+", "", m.group(1))
+            path = f"{table}.{key}" if table else key
+        else:
+            continue
+        if path in seen:
+            return f"duplicate key {path!r} (line {seen[path]} and line {lineno}); keep one"
+        seen[path] = lineno
+    return None
+
+
+def parse_spec_file(path: Path) -> dict[str, Any]:
+    """Read one TOML spec into a flat ``{key path: raw value}`` dict, strictly."""
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{where}: no such hardware file; give a catalog name "
+                        "(see `dse hw list`) or an existing .toml path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{where}: cannot read hardware file ({exc})") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        duplicate = _find_duplicate(text)
+        raise SpecError(f"{where}: {duplicate or f'malformed TOML: {exc}'}") from None
+    return _flatten(raw, where)
+
+
+def build(flat: Mapping[str, Any], where: str, name: str) -> Accelerator:
+    """Validate a merged flat spec and construct the :class:`Accelerator`."""
+    values: dict[str, Any] = {}
+    for path, raw in flat.items():
+        parser = FIELDS.get(path) or METADATA[path]
+        values[path] = parser(raw, f"{where}: {path}")
+    for required in ("dram_bandwidth_bytes_per_s", "block_sparse.supported",
+                     "block_sparse.min_block_size"):
+        if required not in values:
+            raise SpecError(f"{where}: missing required key {required!r}")
+    tensor = {p.split(".", 1)[1]: v for p, v in values.items()
+              if p.startswith("tensor_flops_per_s.")}
+    vector = {p.split(".", 1)[1]: v for p, v in values.items()
+              if p.startswith("vector_flops_per_s.")}
+    if not tensor:
+        raise SpecError(f"{where}: needs at least one tensor_flops_per_s.<dtype> "
+                        f"({', '.join(TENSOR_DTYPES)})")
+    if not vector:
+        raise SpecError(f"{where}: needs at least one vector_flops_per_s.<dtype> "
+                        f"({', '.join(VECTOR_DTYPES)})")
+    sparse = None
+    has_patterns = "sparse_tensor.patterns" in values
+    has_rate = "sparse_tensor.nonzero_rate" in values
+    if has_patterns != has_rate:
+        missing = "nonzero_rate" if has_patterns else "patterns"
+        raise SpecError(f"{where}: [sparse_tensor] needs both patterns and nonzero_rate; "
+                        f"add sparse_tensor.{missing}")
+    if has_patterns and values["sparse_tensor.patterns"]:
+        sparse = SparseTensorCore(values["sparse_tensor.patterns"],
+                                  values["sparse_tensor.nonzero_rate"])
+    for path in values.get("unverified", ()):
+        if path not in FIELDS:
+            raise SpecError(f"{where}: unverified lists {path!r}, which is not a field")
+    return Accelerator(
+        name=values.get("name", name),
+        description=values.get("description", ""),
+        dram_bandwidth_bytes_per_s=values["dram_bandwidth_bytes_per_s"],
+        tensor_flops_per_s=tensor,
+        vector_flops_per_s=vector,
+        block_sparse=BlockSparse(values["block_sparse.supported"],
+                                 values["block_sparse.min_block_size"]),
+        sparse_tensor=sparse,
+        aliases=values.get("aliases", ()),
+        sources=values.get("sources", ()),
+        unverified=values.get("unverified", ()),
+    )
+
+
+def _parse_cli_value(path: str, text: str) -> Any:
+    """Turn the text of ``--set FIELD=VALUE`` into the value a TOML file would hold."""
+    parser = FIELDS[path]
+    if parser is _patterns:
+        return [p for p in (s.strip() for s in text.split(",")) if p]
+    if parser is _bool:
+        lowered = text.strip().lower()
+        if lowered not in ("true", "false"):
+            raise SpecError(f"--set {path}={text}: expected true or false")
+        return lowered == "true"
+    try:
+        number = float(text)
+    except ValueError:
+        raise SpecError(f"--set {path}={text}: expected a number such as 2.0e12") from None
+    return int(number) if parser is _block_size and number.is_integer() else number
+
+
+def apply_overrides(flat: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Apply ``FIELD=VALUE`` strings to a flat spec; returns a new dict."""
+    merged = dict(flat)
+    for item in overrides:
+        path, sep, text = item.partition("=")
+        path = path.strip()
+        if not sep:
+            raise SpecError(f"--set {item!r}: write FIELD=VALUE, "
+                            "e.g. --set dram_bandwidth_bytes_per_s=2e12")
+        if path not in FIELDS:
+            hint = _suggest(path, fields_only=True)
+            raise SpecError(f"--set {item!r}: unknown field {path!r}; {hint}")
+        merged[path] = _parse_cli_value(path, text)
+        # Validate now so the error names the --set that caused it.
+        FIELDS[path](merged[path], f"--set {path}")
+    return merged

@@ -1,0 +1,106 @@
+"""The accelerator specification: frozen dataclasses with units in every field name.
+
+Rates are peak FLOP/s (FLOPs, never MACs) of the dense units; the sparse tensor core is described
+separately by the N:M patterns it runs and the rate at which it processes nonzeros, so dense and
+sparse rates are never mixed in one number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Accelerator",
+    "BlockSparse",
+    "SpecError",
+    "SparseTensorCore",
+    "TENSOR_DTYPES",
+    "VECTOR_DTYPES",
+]
+
+#: Tensor-core datatypes a spec may give a rate for (int8 is OP/s).
+TENSOR_DTYPES = ("fp16", "bf16", "tf32", "fp8", "int8")
+#: Vector (CUDA-core / SIMD) datatypes a spec may give a rate for.
+VECTOR_DTYPES = ("fp32", "fp16", "bf16")
+
+
+class SpecError(ValueError):
+    """A hardware spec, name or override that cannot be used; the message names input and fix."""
+
+
+@dataclass(frozen=True)
+class SparseTensorCore:
+    """Structured-sparse tensor core.
+
+    ``nonzero_rate`` is the rate at which useful (nonzero) FLOPs run, as a multiple of the dense
+    tensor-core peak of the same dtype: 1.0 means "the same tensor-core throughput", so 2:4 runs
+    twice as fast as dense on compute (the marketed 2x) and 1:4 four times as fast.
+    """
+
+    patterns: tuple[tuple[int, int], ...]  # (N, M) pairs
+    nonzero_rate: float
+
+
+@dataclass(frozen=True)
+class BlockSparse:
+    """Block-sparse (BSR) kernels on the ordinary tensor cores.
+
+    At the speed of light any block size runs at the dense peak per useful FLOP
+    (``min_block_size = 1``); a larger minimum models the MMA tile granularity. Blocks smaller
+    than the minimum, or any block when unsupported, fall back to the fastest kernel available.
+    """
+
+    supported: bool
+    min_block_size: int
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator, real or hypothetical. Build it with :func:`accelerator_models.load`."""
+
+    name: str
+    description: str
+    dram_bandwidth_bytes_per_s: float
+    tensor_flops_per_s: dict[str, float]
+    vector_flops_per_s: dict[str, float]
+    block_sparse: BlockSparse
+    sparse_tensor: SparseTensorCore | None = None
+    aliases: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    unverified: tuple[str, ...] = ()
+    #: ``FIELD=VALUE`` overrides applied on top of the file (``--set``), in order.
+    overrides: tuple[str, ...] = field(default=())
+
+    def tensor_rate(self, dtype: str) -> float:
+        """Dense tensor-core peak in FLOP/s for ``dtype``."""
+        try:
+            return self.tensor_flops_per_s[dtype]
+        except KeyError:
+            have = ", ".join(sorted(self.tensor_flops_per_s)) or "none"
+            raise SpecError(
+                f"hardware {self.name!r} has no tensor_flops_per_s.{dtype} (it has: {have}); "
+                f"pick one of those dtypes or --set tensor_flops_per_s.{dtype}=VALUE"
+            ) from None
+
+    def vector_rate(self, dtype: str) -> float:
+        """Vector-core peak in FLOP/s for ``dtype``."""
+        try:
+            return self.vector_flops_per_s[dtype]
+        except KeyError:
+            have = ", ".join(sorted(self.vector_flops_per_s)) or "none"
+            raise SpecError(
+                f"hardware {self.name!r} has no vector_flops_per_s.{dtype} (it has: {have}); "
+                f"pick one of those dtypes or --set vector_flops_per_s.{dtype}=VALUE"
+            ) from None
+
+    def supports_nm(self, n: int, m: int) -> bool:
+        """Whether the sparse tensor core runs the N:M pattern natively."""
+        return self.sparse_tensor is not None and (n, m) in self.sparse_tensor.patterns
+
+    @property
+    def nonzero_rate(self) -> float:
+        return self.sparse_tensor.nonzero_rate if self.sparse_tensor is not None else 0.0
+
+    def supports_block(self, block: int) -> bool:
+        """Whether b x b block-sparse kernels run on the tensor cores."""
+        return self.block_sparse.supported and block >= self.block_sparse.min_block_size

@@ -1,0 +1,248 @@
+"""The ``dse`` command line. Errors a user can cause print one line and exit with code 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+import accelerator_models
+from accelerator_models import FIELDS, SpecError
+from formats import GRAMMAR_HELP, FormatError
+from workloads import TraceError, load_trace, trace_names
+
+from .evaluator import FUSIONS, SCOPES, EvaluationError, evaluate, evaluate_layers
+from .numerics import Numerics, NumericsError
+from .output import OutputError, check_output_path, format_seconds, write_table
+
+__all__ = ["main"]
+
+USER_ERRORS = (SpecError, FormatError, TraceError, EvaluationError, NumericsError, OutputError)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the command and pointing at --help."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_hw_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+        help="override a hardware field, e.g. --set dram_bandwidth_bytes_per_s=3e12 or "
+             "--set sparse_tensor.patterns=2:4,1:4,2:8,2:16 (repeatable; fields: "
+             "see `dse hw show`)")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="dse",
+        description="Speed-of-light design-space exploration of sparse neural-network "
+                    "inference: what a sparsity pattern, on given hardware, could buy.")
+    parser.add_argument("--version", action="version", version="dse 0.1.0")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
+                                     metavar="COMMAND")
+
+    ev = commands.add_parser(
+        "evaluate", help="speed-of-light latency and speedup of formats on hardware",
+        description="Evaluate a model trace under sparse formats on one or more accelerators "
+                    "with the roofline (speed-of-light) model, and print latency, dense "
+                    "latency, speedup, bound mix, feature share of DRAM traffic and fallbacks.",
+        epilog=f"Format grammar: {GRAMMAR_HELP}. Shipped models: {', '.join(trace_names())}.")
+    ev.add_argument("--model", required=True, metavar="NAME|PATH",
+                    help="shipped trace name or a trace .json path")
+    ev.add_argument("--hw", dest="hardware", action="append", required=True,
+                    metavar="NAME|PATH",
+                    help="catalog name (`dse hw list`) or a spec .toml; repeatable")
+    _add_hw_arguments(ev)
+    ev.add_argument("--format", dest="formats", action="append", required=True, metavar="F",
+                    help="sparse format, e.g. 2:4, block4@87.5%%, unstructured@0.875; "
+                         "repeatable; dense is always evaluated as the baseline")
+    ev.add_argument("--batch", dest="batches", action="append", type=_positive_int,
+                    metavar="B", help="batch size; repeatable (default 1)")
+    ev.add_argument("--fusion", dest="fusions", action="append", choices=FUSIONS,
+                    help="fusion model; repeatable (default unfused)")
+    ev.add_argument("--scope", choices=SCOPES, default="gemm",
+                    help="gemm: prunable weight GEMMs only; all: every op (default gemm)")
+    ev.add_argument("--per-layer", action="store_true",
+                    help="print (and write with --out) one row per op and design")
+    ev.add_argument("--out", type=Path, metavar="FILE",
+                    help="write results to FILE.csv, FILE.parquet or FILE.json (atomically)")
+    ev.add_argument("--dtype", default="fp16",
+                    help="tensor-core dtype; values and features are stored in it "
+                         "(default fp16)")
+    ev.add_argument("--vector-dtype", default="fp16",
+                    help="dtype of elementwise ops on the vector cores (default fp16)")
+    ev.add_argument("--csr-dtype", default="fp32",
+                    help="dtype of CSR kernels on the vector cores (default fp32: sparse "
+                         "libraries accumulate in FP32)")
+    ev.add_argument("--index-bytes", type=int, default=4,
+                    help="CSR/BSR index width in bytes (default 4)")
+    ev.set_defaults(run=_cmd_evaluate)
+
+    hw = commands.add_parser("hw", help="the hardware catalog",
+                             description="List and show accelerator specs.")
+    hw_commands = hw.add_subparsers(dest="hw_command", required=True, parser_class=_Parser,
+                                    metavar="COMMAND")
+    hw_list = hw_commands.add_parser("list", help="catalog entries and their headline figures",
+                                     description="List the shipped accelerator specs.")
+    hw_list.set_defaults(run=_cmd_hw_list)
+    hw_show = hw_commands.add_parser("show", help="one spec, every field, with sources",
+                                     description="Show one spec (catalog name, alias or "
+                                                 ".toml path), after any --set overrides.")
+    hw_show.add_argument("name", metavar="NAME|PATH")
+    _add_hw_arguments(hw_show)
+    hw_show.set_defaults(run=_cmd_hw_show)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        check_output_path(args.out)
+    numerics = Numerics(dtype=args.dtype, vector_dtype=args.vector_dtype,
+                        csr_dtype=args.csr_dtype, index_width_bytes=args.index_bytes)
+    trace = load_trace(args.model)
+    hardware = [accelerator_models.load(h, args.overrides) for h in args.hardware]
+    batches = args.batches or [1]
+    fusions = args.fusions or ["unfused"]
+    if args.per_layer:
+        frames = [evaluate_layers(trace, hardware, args.formats, batches, fusion=f,
+                                  scope=args.scope, numerics=numerics) for f in fusions]
+        table = pd.concat(frames, ignore_index=True)
+        print(_layer_table(table))
+    else:
+        table = evaluate(trace, hardware, args.formats, batches, fusion=fusions,
+                         scope=args.scope, numerics=numerics)
+        print(_design_table(table))
+    if args.out is not None:
+        write_table(table, args.out)
+        print(f"wrote {len(table)} rows to {args.out}")
+    return 0
+
+
+def _fallbacks(row) -> str:
+    parts = []
+    if row.shape_fallback_ops:
+        parts.append(f"{row.shape_fallback_ops} shape->dense")
+    if row.hw_fallback_ops:
+        parts.append(f"{row.hw_fallback_ops} hw->{row.hw_fallback}")
+    return ", ".join(parts) or "-"
+
+
+def _design_table(table: pd.DataFrame) -> str:
+    shown = pd.DataFrame({
+        "hardware": table["hardware"],
+        "format": table["format"],
+        "batch": table["batch"],
+        "fusion": table["fusion"],
+        "latency": table["latency_s"].map(format_seconds),
+        "dense": table["dense_latency_s"].map(format_seconds),
+        "speedup": table["speedup"].map(lambda x: f"{x:.3f}x"),
+        "mem-bound ops": [f"{a}/{b}" for a, b in zip(table["memory_bound_ops"], table["ops"],
+                                                     strict=True)],
+        "feature share": table["feature_bytes_share"].map(lambda x: f"{x:.1%}"),
+        "fallbacks": [_fallbacks(r) for r in table.itertuples()],
+    })
+    model, scope = table["model"].iloc[0], table["scope"].iloc[0]
+    header = f"model {model}, scope {scope}: speed-of-light latency (roofline)"
+    return header + "\n" + shown.to_string(index=False)
+
+
+def _layer_table(table: pd.DataFrame) -> str:
+    shown = table[["hardware", "format", "batch", "fusion", "op", "kind", "unit", "fallback",
+                   "bound"]].copy()
+    shown["compute"] = table["compute_s"].map(format_seconds)
+    shown["memory"] = table["memory_s"].map(format_seconds)
+    shown["time"] = table["time_s"].map(format_seconds)
+    shown["fallback"] = shown["fallback"].replace("", "-")
+    return shown.to_string(index=False)
+
+
+def _cmd_hw_list(args: argparse.Namespace) -> int:
+    rows = []
+    for name in accelerator_models.catalog_names():
+        acc = accelerator_models.load(name)
+        patterns = (",".join(f"{n}:{m}" for n, m in acc.sparse_tensor.patterns)
+                    if acc.sparse_tensor else "-")
+        rows.append({
+            "name": name,
+            "aliases": ",".join(acc.aliases) or "-",
+            "DRAM TB/s": f"{acc.dram_bandwidth_bytes_per_s / 1e12:g}",
+            "fp16 TC TFLOP/s": f"{acc.tensor_flops_per_s.get('fp16', float('nan')) / 1e12:g}",
+            "fp32 vector TFLOP/s": f"{acc.vector_flops_per_s.get('fp32', float('nan')) / 1e12:g}",
+            "sparse TC": patterns,
+            "description": acc.description,
+        })
+    print(pd.DataFrame(rows).to_string(index=False))
+    return 0
+
+
+def _cmd_hw_show(args: argparse.Namespace) -> int:
+    acc = accelerator_models.load(args.name, args.overrides)
+    print(f"name: {acc.name}")
+    if acc.description:
+        print(f"description: {acc.description}")
+    if acc.aliases:
+        print(f"aliases: {', '.join(acc.aliases)}")
+    print("fields:")
+    for path in FIELDS:
+        value = _field_value(acc, path)
+        if value is None:
+            continue
+        mark = "  (unverified)" if path in acc.unverified else ""
+        print(f"  {path} = {value}{mark}")
+    if acc.sources:
+        print("sources:")
+        for source in acc.sources:
+            print(f"  - {source}")
+    return 0
+
+
+def _field_value(acc, path: str):
+    head, _, tail = path.partition(".")
+    if head in ("tensor_flops_per_s", "vector_flops_per_s"):
+        value = getattr(acc, head).get(tail)
+        return None if value is None else f"{value:.6g}"
+    if head == "sparse_tensor":
+        if acc.sparse_tensor is None:
+            return "[]" if tail == "patterns" else None
+        if tail == "patterns":
+            return "[" + ", ".join(f'"{n}:{m}"' for n, m in acc.sparse_tensor.patterns) + "]"
+        return f"{acc.sparse_tensor.nonzero_rate:g}"
+    if head == "block_sparse":
+        value = getattr(acc.block_sparse, tail)
+        return str(value).lower() if isinstance(value, bool) else str(value)
+    return f"{getattr(acc, path):.6g}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except USER_ERRORS as exc:
+        print(f"dse: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `dse ... | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""The speed-of-light evaluator: a typed wrapper over the numba kernels returning DataFrames.
+
+``evaluate`` gives one row per design point (hardware x format x batch x fusion x scope) with
+the model latency, the dense latency on the same hardware, batch, fusion and scope, the speedup,
+the bound mix, the DRAM traffic and its feature share, and which ops fell back.
+``evaluate_layers`` gives one row per op per design point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+import accelerator_models
+from accelerator_models import Accelerator
+from formats import Format, Unit
+from formats import parse as parse_format
+from workloads import Trace, load_trace
+
+from . import _kernels as K
+from .numerics import Numerics
+from .pricing import Pricing, price, scope_ops, stack_formats
+
+__all__ = ["FUSIONS", "SCOPES", "EvaluationError", "evaluate", "evaluate_layers"]
+
+FUSIONS = ("unfused", "fused", "fused_prefetched")
+SCOPES = ("gemm", "all")
+UNIT_NAMES = {int(Unit.TENSOR): "tensor", int(Unit.SPARSE_TENSOR): "sparse_tensor",
+              int(Unit.VECTOR): "vector"}
+
+
+class EvaluationError(ValueError):
+    """Arguments of an evaluation that cannot be used (empty lists, bad batch, unknown names)."""
+
+
+@dataclass(frozen=True)
+class _Problem:
+    trace: Trace
+    accelerators: tuple[Accelerator, ...]
+    pricing: Pricing
+    hw: np.ndarray
+    native_ok: np.ndarray
+    batches: np.ndarray
+
+    @property
+    def formats(self) -> tuple[Format, ...]:
+        return self.pricing.formats
+
+    def priced_arrays(self) -> tuple:
+        p = self.pricing
+        return (p.flops, p.weight_bytes, p.unit, p.needs_support, p.csr_weight_bytes,
+                p.dense_flops, p.dense_weight_bytes, p.feature_bytes_unfused,
+                p.feature_bytes_fused, p.vector_flops)
+
+    def totals(self, ops: np.ndarray) -> np.ndarray:
+        """``(D, 2, TOTAL_COLUMNS)``: see :func:`dse._kernels.design_totals`."""
+        fallback_ops = self.pricing.needs_support[:, ops].sum(axis=1).astype(np.int64)
+        return K.design_totals(self.hw, self.native_ok, fallback_ops, self.batches,
+                               *self.priced_arrays(), ops)
+
+    def design_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(hardware, format, batch) index of every design, in kernel order."""
+        shape = (len(self.accelerators), len(self.formats), len(self.batches))
+        return np.unravel_index(np.arange(np.prod(shape)), shape)
+
+
+def _latency(totals: np.ndarray, fusion: str) -> tuple[np.ndarray, np.ndarray]:
+    """Latency and memory time of ``totals[..., :]`` under ``fusion``."""
+    if fusion == "unfused":
+        return totals[..., K.T_UNFUSED], totals[..., K.T_MEMORY_UNFUSED]
+    memory = totals[..., K.T_MEMORY_FUSED]
+    if fusion == "fused":
+        return totals[..., K.T_FUSED], memory
+    # fused_prefetched: one roofline over the whole graph.
+    return np.maximum(totals[..., K.T_COMPUTE], memory), memory
+
+
+def _pick(totals: np.ndarray, fusion: str) -> np.ndarray:
+    """Per design, 0 (own kernel or dense fallback) or 1 (CSR fallback): the faster one."""
+    latency, _ = _latency(totals, fusion)
+    return (latency[:, 1] < latency[:, 0]).astype(np.int64)
+
+
+def _as_list(value, what: str) -> list:
+    items = [value] if isinstance(value, str | Format | Accelerator | int) else list(value)
+    if not items:
+        raise EvaluationError(f"no {what} given; pass at least one")
+    return items
+
+
+def _choices(value: str | Iterable[str], allowed: Sequence[str], what: str) -> list[str]:
+    items = _as_list(value, what)
+    for item in items:
+        if item not in allowed:
+            raise EvaluationError(f"unknown {what} {item!r}; use one of {', '.join(allowed)}")
+    return list(dict.fromkeys(items))
+
+
+def _hardware_rates(acc: Accelerator, numerics: Numerics) -> list[float]:
+    tensor = acc.tensor_rate(numerics.dtype)
+    sparse = tensor * acc.nonzero_rate if acc.sparse_tensor is not None else tensor
+    row = [0.0] * K.HW_COLUMNS
+    row[K.HW_INV_BW] = 1.0 / acc.dram_bandwidth_bytes_per_s
+    row[K.HW_INV_TENSOR] = 1.0 / tensor
+    row[K.HW_INV_SPARSE] = 1.0 / sparse
+    row[K.HW_INV_CSR] = 1.0 / acc.vector_rate(numerics.csr_dtype)
+    row[K.HW_INV_VECTOR] = 1.0 / acc.vector_rate(numerics.vector_dtype)
+    return row
+
+
+def _prepare(trace, hardware, formats, batches, numerics) -> _Problem:
+    if not isinstance(numerics, Numerics):
+        raise EvaluationError("numerics must be a dse.Numerics")
+    trace = trace if isinstance(trace, Trace) else load_trace(trace)
+    accelerators = tuple(h if isinstance(h, Accelerator) else accelerator_models.load(h)
+                         for h in _as_list(hardware, "hardware"))
+    fmts = stack_formats([parse_format(f) for f in _as_list(formats, "format")])
+    batch_list = _as_list(batches, "batch size")
+    for b in batch_list:
+        if isinstance(b, bool) or not isinstance(b, int | np.integer) or b < 1:
+            raise EvaluationError(f"batch size {b!r} is not a positive integer")
+    hw = np.array([_hardware_rates(a, numerics) for a in accelerators], dtype=np.float64)
+    native_ok = np.array([[f.runs_natively_on(a) for f in fmts] for a in accelerators],
+                         dtype=np.bool_)
+    return _Problem(trace, accelerators, price(trace, fmts, numerics), hw, native_ok,
+                    np.array(batch_list, dtype=np.float64))
+
+
+def evaluate(
+    trace: Trace | str,
+    hardware: Accelerator | str | Sequence[Accelerator | str],
+    formats: Format | str | Sequence[Format | str],
+    batches: int | Sequence[int] = 1,
+    fusion: str | Sequence[str] = FUSIONS,
+    scope: str | Sequence[str] = "gemm",
+    numerics: Numerics = Numerics(),
+) -> pd.DataFrame:
+    """Speed-of-light latency of every design point; one row per design.
+
+    Dense is always evaluated too (it is every speedup's baseline) and appears as its own rows.
+    Times are seconds, traffic bytes, FLOPs useful FLOPs. ``feature_bytes_share`` is the share
+    of the design's DRAM traffic that is features (activations), which pruning cannot remove.
+    """
+    fusions = _choices(fusion, FUSIONS, "fusion")
+    scopes = _choices(scope, SCOPES, "scope")
+    problem = _prepare(trace, hardware, formats, batches, numerics)
+    frames = [_totals_frame(problem, s, fusions) for s in scopes]
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+def _scope_ops(problem: _Problem, scope: str) -> np.ndarray:
+    ops = scope_ops(problem.pricing, scope)
+    if len(ops) == 0:
+        raise EvaluationError(f"model {problem.trace.model!r} has no prunable GEMM op, so "
+                              "scope 'gemm' is empty; use scope 'all'")
+    return ops
+
+
+def _totals_frame(problem: _Problem, scope: str, fusions: list[str]) -> pd.DataFrame:
+    ops = _scope_ops(problem, scope)
+    totals = problem.totals(ops)
+    n_fmt, n_b = len(problem.formats), len(problem.batches)
+    h, f, b = problem.design_index()
+    dense_rows = (h * n_fmt) * n_b + b  # format 0 is dense
+    batch = problem.batches[b]
+    p = problem.pricing
+    feat_unfused = p.feature_bytes_unfused[ops].sum() * batch
+    feat_fused = p.feature_bytes_fused[ops].sum() * batch
+    shape_fallback = p.shape_fallback[:, ops].sum(axis=1)[f]
+    falls_back = ~problem.native_ok[h, f]
+    hw_fallback_ops = np.where(falls_back, p.needs_support[:, ops].sum(axis=1)[f], 0)
+    rows = np.arange(len(h))
+    labels = {
+        "model": problem.trace.model,
+        "hardware": np.array([a.name for a in problem.accelerators], dtype=object)[h],
+        "format": np.array([x.name for x in problem.formats], dtype=object)[f],
+        "family": np.array([x.family for x in problem.formats], dtype=object)[f],
+        "sparsity": np.array([x.sparsity for x in problem.formats])[f],
+        "batch": batch.astype(np.int64),
+    }
+    frames = []
+    for fusion in fusions:
+        alt = _pick(totals, fusion)
+        chosen = totals[rows, alt]
+        latency, memory = _latency(chosen, fusion)
+        membound = chosen[:, K.T_MEMBOUND_UNFUSED if fusion == "unfused"
+                          else K.T_MEMBOUND_FUSED]
+        features = feat_unfused if fusion == "unfused" else feat_fused
+        compute = chosen[:, K.T_COMPUTE]
+        weight_bytes = chosen[:, K.T_WEIGHT_BYTES]
+        dram = weight_bytes + features
+        dense_latency = latency[dense_rows]
+        frames.append(pd.DataFrame({
+            **labels,
+            "fusion": fusion,
+            "scope": scope,
+            "latency_s": latency,
+            "dense_latency_s": dense_latency,
+            "speedup": dense_latency / latency,
+            "compute_s": compute,
+            "memory_s": memory,
+            "bound": np.where(memory > compute, "memory", "compute"),
+            "flops": chosen[:, K.T_FLOPS],
+            "dram_bytes": dram,
+            "weight_bytes": weight_bytes,
+            "feature_bytes": features,
+            "feature_bytes_share": features / dram,
+            "ops": len(ops),
+            "memory_bound_ops": membound.astype(np.int64),
+            "shape_fallback_ops": shape_fallback.astype(np.int64),
+            "hw_fallback": np.where(falls_back & (hw_fallback_ops > 0),
+                                    np.where(alt == 1, "csr", "dense"), ""),
+            "hw_fallback_ops": hw_fallback_ops.astype(np.int64),
+        }))
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+def evaluate_layers(
+    trace: Trace | str,
+    hardware: Accelerator | str | Sequence[Accelerator | str],
+    formats: Format | str | Sequence[Format | str],
+    batches: int | Sequence[int] = 1,
+    fusion: str = "unfused",
+    scope: str = "all",
+    numerics: Numerics = Numerics(),
+) -> pd.DataFrame:
+    """Per-op costs of every design point: one row per (design, op).
+
+    ``memory_s`` is the op's memory time under ``fusion`` (all its features for ``unfused``,
+    only model inputs and outputs for the fused models); ``time_s = max(compute_s, memory_s)``
+    is the op's own roofline. ``fallback`` says why an op does not run the format's own kernel:
+    ``shape`` (the layer cannot take it), ``hw:dense`` or ``hw:csr`` (the hardware cannot run
+    it, and that was the faster kernel it can run).
+    """
+    (fusion,) = _choices(fusion, FUSIONS, "fusion")
+    (scope,) = _choices(scope, SCOPES, "scope")
+    problem = _prepare(trace, hardware, formats, batches, numerics)
+    ops = _scope_ops(problem, scope)
+    h, f, b = problem.design_index()
+    alt = _pick(problem.totals(ops), fusion)
+    falls_back = ~problem.native_ok[h, f]
+    kernels = np.where(falls_back, np.where(alt == 1, K.KERNEL_CSR, K.KERNEL_DENSE),
+                       K.KERNEL_OWN).astype(np.int64)
+    compute, mem, mem_fused, fl, wb, unit = K.per_op(
+        problem.hw, kernels, problem.batches, *problem.priced_arrays(), ops)
+    memory = (mem if fusion == "unfused" else mem_fused).ravel()
+    compute = compute.ravel()
+    n_designs, n_ops = len(h), len(ops)
+    d = np.repeat(np.arange(n_designs), n_ops)
+    h, f, b = h[d], f[d], b[d]
+    op = np.tile(ops, n_designs)
+    p = problem.pricing
+    names = problem.trace.ops["name"].to_numpy(dtype=object)
+    kinds = problem.trace.ops["kind"].to_numpy(dtype=object)
+    hw_label = np.where(kernels[d] == K.KERNEL_CSR, "hw:csr", "hw:dense")
+    why = np.where(p.shape_fallback[f, op], "shape",
+                   np.where(p.needs_support[f, op] & falls_back[d], hw_label, ""))
+    # Ops without a GEMM (norms, activations, softmax) run on the vector cores.
+    unit_names = np.array([UNIT_NAMES[u] for u in range(3)], dtype=object)[unit.ravel()]
+    unit_names = np.where(p.dense_flops[op] > 0, unit_names, "vector")
+    return pd.DataFrame({
+        "model": problem.trace.model,
+        "hardware": np.array([a.name for a in problem.accelerators], dtype=object)[h],
+        "format": np.array([x.name for x in problem.formats], dtype=object)[f],
+        "batch": problem.batches[b].astype(np.int64),
+        "fusion": fusion,
+        "scope": scope,
+        "op": names[op],
+        "kind": kinds[op],
+        "unit": unit_names,
+        "fallback": why,
+        "compute_s": compute,
+        "memory_s": memory,
+        "time_s": np.maximum(compute, memory),
+        "bound": np.where(memory > compute, "memory", "compute"),
+        "flops": fl.ravel(),
+        "weight_bytes": wb.ravel(),
+        "dram_bytes": wb.ravel() + _feature_bytes(problem, op, b, fusion),
+    })
+
+
+def _feature_bytes(problem: _Problem, op: np.ndarray, b: np.ndarray, fusion: str) -> np.ndarray:
+    p = problem.pricing
+    per_sample = p.feature_bytes_unfused if fusion == "unfused" else p.feature_bytes_fused
+    return per_sample[op] * problem.batches[b]

@@ -1,0 +1,92 @@
+"""Result files and printed tables. Files are written atomically: a temporary file in the target
+folder, renamed into place only once complete, so an interrupted run leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["OutputError", "SUFFIXES", "check_output_path", "write_table", "format_seconds"]
+
+SUFFIXES = (".csv", ".parquet", ".json")
+
+
+class OutputError(ValueError):
+    """An output path that cannot be written; the message names it and the fix."""
+
+
+def check_output_path(path: Path) -> Path:
+    """Fail early, before any work, when ``path`` cannot take a result table."""
+    if path.suffix.lower() not in SUFFIXES:
+        raise OutputError(f"--out {path}: unknown file type {path.suffix or '(none)'!r}; "
+                          f"use one of {', '.join(SUFFIXES)}")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        if folder.exists():
+            raise OutputError(f"--out {path}: {folder} is not a folder")
+        raise OutputError(f"--out {path}: folder {folder} does not exist; create it first")
+    if path.is_dir():
+        raise OutputError(f"--out {path}: is a folder; give a file name")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"--out {path}: folder {folder} is not writable")
+    return path
+
+
+def _json_value(value):
+    """A cell as a JSON value: numpy scalars to Python ones, NaN and infinities to null."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _records(table: pd.DataFrame) -> str:
+    # Not pandas' to_json: its double_precision counts decimal places (at most 15), which
+    # truncates latencies of ~1e-7 s to 9 significant digits. json writes floats with repr,
+    # which round-trips exactly; NaN becomes null (NaN is not valid JSON).
+    records = [{str(k): _json_value(v) for k, v in row.items()}
+               for row in table.to_dict(orient="records")]
+    return json.dumps(records, indent=1, allow_nan=False) + "\n"
+
+
+def write_table(table: pd.DataFrame, path: Path) -> None:
+    """Write ``table`` as CSV, Parquet or a JSON list of records, atomically."""
+    check_output_path(path)
+    suffix = path.suffix.lower()
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                        dir=path.parent)
+    except OSError as exc:  # passed the up-front checks, yet no file can be created there
+        raise OutputError(f"--out {path}: cannot write there ({exc.strerror or exc})") from None
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if suffix == ".csv":
+                handle.write(table.to_csv(index=False).encode())
+            elif suffix == ".json":
+                handle.write(_records(table).encode())
+            else:
+                table.to_parquet(handle, index=False)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"--out {path}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def format_seconds(seconds: float) -> str:
+    """3.2e-6 -> '3.2 us' (three significant digits)."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds:.3g} s"

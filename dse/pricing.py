@@ -1,0 +1,119 @@
+"""Hardware- and batch-independent prices of every (format, op) pair, as flat arrays.
+
+The hot kernel then only multiplies by the batch and divides by the hardware's rates. For each
+format and op this table holds the useful FLOPs, the weight bytes (values + index) and the unit
+of the format's own kernel, plus the two kernels an op can fall back to when the hardware cannot
+run the format: dense on the tensor cores and CSR on the vector cores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from formats import Dense, Format, Unit, Unstructured
+from workloads import Trace
+
+from .numerics import Numerics
+
+__all__ = ["Pricing", "price"]
+
+
+@dataclass(frozen=True, eq=False)
+class Pricing:
+    """Per-(format, op) and per-op arrays; shape ``(F, P)`` or ``(P,)``; all per sample."""
+
+    formats: tuple[Format, ...]
+    numerics: Numerics
+    # (F, P): the kernel the format chooses when the hardware runs it.
+    flops: np.ndarray  # useful FLOPs per sample
+    weight_bytes: np.ndarray  # values + index, not batch-scaled
+    unit: np.ndarray  # Unit code (int64)
+    needs_support: np.ndarray  # op runs the format's own kernel, which hardware may lack
+    shape_fallback: np.ndarray  # prunable op that cannot take the format: stays dense
+    csr_weight_bytes: np.ndarray  # if the hardware cannot run it: CSR of the same nonzeros
+    # (P,): format-independent.
+    dense_flops: np.ndarray
+    dense_weight_bytes: np.ndarray
+    feature_bytes_unfused: np.ndarray  # all inputs and outputs, per sample
+    feature_bytes_fused: np.ndarray  # model inputs read and model outputs written, per sample
+    vector_flops: np.ndarray
+    prunable: np.ndarray
+
+
+def _as_float(ops, column: str) -> np.ndarray:
+    return ops[column].to_numpy(dtype=np.float64)
+
+
+@lru_cache(maxsize=64)
+def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pricing:
+    """Price every op of ``trace`` under each format (cached per trace, formats and numerics)."""
+    ops = trace.ops
+    m, k, n, g = (_as_float(ops, c) for c in ("m", "k", "n", "groups"))
+    prunable = ops["prunable"].to_numpy(dtype=bool)
+    vb = float(numerics.value_bytes)
+    iw = float(numerics.index_width_bytes)
+
+    dense_flops = 2.0 * m * k * n * g
+    dense_weight_bytes = vb * _as_float(ops, "weight_elems")
+    shape = (len(formats), len(ops))
+    flops = np.empty(shape)
+    weight_bytes = np.empty(shape)
+    unit = np.empty(shape, dtype=np.int64)
+    needs_support = np.zeros(shape, dtype=bool)
+    shape_fallback = np.zeros(shape, dtype=bool)
+    csr_weight_bytes = np.empty(shape)
+    for f, fmt in enumerate(formats):
+        takes = prunable & np.asarray(fmt.applies_to(m, k), dtype=bool)
+        if isinstance(fmt, Dense):
+            takes[:] = False
+        own_flops = g * fmt.useful_flops(m, k, n)
+        own_bytes = g * (fmt.value_bytes(m, k, vb) + fmt.index_bytes(m, k, iw))
+        flops[f] = np.where(takes, own_flops, dense_flops)
+        weight_bytes[f] = np.where(takes, own_bytes, dense_weight_bytes)
+        unit[f] = np.where(takes, int(fmt.unit), int(Unit.TENSOR))
+        needs_support[f] = takes
+        shape_fallback[f] = prunable & ~takes & (not isinstance(fmt, Dense))
+        # Hardware fallback: the same nonzeros as CSR on the vector cores.
+        as_csr = Unstructured(fmt.sparsity)
+        csr_bytes = g * (as_csr.value_bytes(m, k, vb) + as_csr.index_bytes(m, k, iw))
+        csr_weight_bytes[f] = np.where(takes, csr_bytes, dense_weight_bytes)
+
+    abytes = float(numerics.value_bytes)
+    return Pricing(
+        formats=formats,
+        numerics=numerics,
+        flops=flops,
+        weight_bytes=weight_bytes,
+        unit=unit,
+        needs_support=needs_support,
+        shape_fallback=shape_fallback,
+        csr_weight_bytes=csr_weight_bytes,
+        dense_flops=dense_flops,
+        dense_weight_bytes=dense_weight_bytes,
+        feature_bytes_unfused=abytes * (_as_float(ops, "input_elems")
+                                        + _as_float(ops, "output_elems")),
+        feature_bytes_fused=abytes * (_as_float(ops, "model_input_elems")
+                                      + _as_float(ops, "model_output_elems")),
+        vector_flops=_as_float(ops, "vector_flops"),
+        prunable=prunable,
+    )
+
+
+def scope_ops(pricing: Pricing, scope: str) -> np.ndarray:
+    """Indices of the ops a scope sums over: ``gemm`` (prunable weight GEMMs) or ``all``."""
+    if scope == "all":
+        return np.arange(len(pricing.prunable), dtype=np.int64)
+    return np.flatnonzero(pricing.prunable).astype(np.int64)
+
+
+def stack_formats(formats: Sequence[Format]) -> tuple[Format, ...]:
+    """Dense first (every speedup needs it), then the requested formats without repeats."""
+    ordered: list[Format] = [Dense()]
+    for fmt in formats:
+        if fmt not in ordered:
+            ordered.append(fmt)
+    return tuple(ordered)

@@ -1,0 +1,47 @@
+"""N:M structured sparsity: at most N nonzeros in every M consecutive weights along K."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import Capabilities, Format, FormatError, Unit
+
+
+@dataclass(frozen=True)
+class NM(Format):
+    n: int
+    m: int
+
+    family = "nm"
+    unit = Unit.SPARSE_TENSOR
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.n < self.m:
+            raise FormatError(f"N:M format {self.n}:{self.m} needs 1 <= N < M (e.g. 2:4)")
+
+    @property
+    def name(self) -> str:
+        return f"{self.n}:{self.m}"
+
+    @property
+    def density(self) -> float:
+        return self.n / self.m
+
+    @property
+    def index_bits_per_nonzero(self) -> int:
+        """``ceil(log2 M)`` bits locate a nonzero inside its group of M (2 bits for 2:4)."""
+        return math.ceil(math.log2(self.m))
+
+    def applies_to(self, m, k):
+        # Groups of M run along K, so K must be a multiple of M.
+        return np.mod(k, self.m) == 0
+
+    def index_bytes(self, m, k, index_width_bytes: float):
+        # N:M metadata has a fixed width per nonzero; the configured index width does not apply.
+        return self.nnz(m, k) * self.index_bits_per_nonzero / 8.0
+
+    def runs_natively_on(self, hardware: Capabilities) -> bool:
+        return hardware.supports_nm(self.n, self.m)

@@ -1,0 +1,40 @@
+"""Unstructured sparsity stored as CSR, run on the vector cores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import Capabilities, Format, Unit
+from .sparsity import check_sparsity, percent
+
+
+@dataclass(frozen=True)
+class Unstructured(Format):
+    unstructured_sparsity: float
+
+    family = "unstructured"
+    unit = Unit.VECTOR
+
+    def __post_init__(self) -> None:
+        check_sparsity(self.unstructured_sparsity, "unstructured")
+
+    @property
+    def name(self) -> str:
+        return f"unstructured@{percent(self.unstructured_sparsity)}"
+
+    @property
+    def density(self) -> float:
+        return 1.0 - self.unstructured_sparsity
+
+    def applies_to(self, m, k):
+        return np.full(np.broadcast(m, k).shape, True)
+
+    def index_bytes(self, m, k, index_width_bytes: float):
+        # CSR: one column index per nonzero, M + 1 row pointers.
+        return index_width_bytes * (self.nnz(m, k) + np.asarray(m, dtype=np.float64) + 1.0)
+
+    def runs_natively_on(self, hardware: Capabilities) -> bool:
+        # Every accelerator has vector cores; CSR never needs special hardware.
+        return True

@@ -1,0 +1,255 @@
+"""Traces: one row per op, topologically ordered, every batch-dependent quantity per sample.
+
+A trace file is JSON::
+
+    {"schema": "dse-trace/1", "model": "...", "input_shape": [3, 224, 224],
+     "provenance": {"source": "...", ...}, "ops": [{<one record per op>}, ...]}
+
+Op columns (``COLUMNS``): ``name`` (stable module path, unique), ``kind`` (``KINDS``), GEMM dims
+``m``, ``k`` (per group) and ``n`` (per sample), ``groups``, ``weight_elems`` (not batch-scaled),
+``input_elems`` and ``output_elems`` (activation elements read and written, per sample),
+``vector_flops`` (per sample), ``prunable`` and ``producers`` (names of the ops whose outputs this
+op reads; ``"input"`` is the model input). A GEMM computes ``Y[M x N] = W[M x K] . X[K x N]``
+``groups`` times; for an activation-by-activation matmul (attention) ``W`` is an activation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "COLUMNS",
+    "GEMM_KINDS",
+    "KINDS",
+    "MODEL_INPUT",
+    "PER_SAMPLE",
+    "SCHEMA",
+    "Trace",
+    "TraceError",
+]
+
+SCHEMA = "dse-trace/1"
+MODEL_INPUT = "input"
+
+#: Op kinds. GEMM kinds carry M, K, N; the others carry zeros there.
+GEMM_KINDS = ("conv", "linear", "matmul")
+KINDS = GEMM_KINDS + ("norm", "softmax", "activation", "elementwise", "pool", "reduce", "other")
+
+#: Column -> python type of its values.
+COLUMNS: dict[str, type] = {
+    "name": str,
+    "kind": str,
+    "m": int,
+    "k": int,
+    "n": int,
+    "groups": int,
+    "weight_elems": int,
+    "input_elems": int,
+    "output_elems": int,
+    "vector_flops": float,
+    "prunable": bool,
+    "producers": list,
+}
+
+#: Columns that scale with the batch size (stored per sample).
+PER_SAMPLE = ("n", "input_elems", "output_elems", "vector_flops")
+
+
+class TraceError(ValueError):
+    """A trace that cannot be used; the message names the file, the op and the column."""
+
+
+def _check_value(column: str, value: Any, where: str) -> Any:
+    expected = COLUMNS[column]
+    if expected is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                raise TraceError(f"{where}: column {column!r} must be an integer, got {value!r}")
+        if value < 0:
+            raise TraceError(f"{where}: column {column!r} is negative ({value}); "
+                             "dimensions and element counts are >= 0")
+        return value
+    if expected is float:
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value) or value < 0:
+            raise TraceError(f"{where}: column {column!r} must be a finite number >= 0, "
+                             f"got {value!r}")
+        return float(value)
+    if expected is bool:
+        if not isinstance(value, bool):
+            raise TraceError(f"{where}: column {column!r} must be true or false, got {value!r}")
+        return value
+    if expected is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise TraceError(f"{where}: column {column!r} must be a list of op names")
+        return value
+    if not isinstance(value, str) or not value:
+        raise TraceError(f"{where}: column {column!r} must be a non-empty string")
+    return value
+
+
+# eq=False: identity hashing, so evaluations can cache prices per trace object.
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A validated per-sample trace. Build with :meth:`from_records` or :func:`load_trace`."""
+
+    model: str
+    input_shape: tuple[int, ...]
+    ops: pd.DataFrame
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_records(
+        cls,
+        model: str,
+        input_shape: Sequence[int],
+        records: Sequence[Mapping[str, Any]],
+        provenance: Mapping[str, Any] | None = None,
+        where: str | None = None,
+    ) -> Trace:
+        """Validate op records and derive the fusion bookkeeping columns."""
+        where = where or model
+        if not records:
+            raise TraceError(f"{where}: the trace has no ops")
+        shape = tuple(input_shape)
+        if not shape or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0
+                                for d in shape):
+            raise TraceError(f"{where}: input_shape must be a list of positive integers "
+                             f"(per sample, e.g. [3, 224, 224]), got {list(input_shape)!r}")
+        model_input_elems = math.prod(shape)
+        rows = []
+        seen: set[str] = set()
+        for index, record in enumerate(records):
+            if not isinstance(record, Mapping):
+                raise TraceError(f"{where}: op #{index} is not an object")
+            label = f"{where}: op #{index} ({record.get('name', '?')!s})"
+            missing = [c for c in COLUMNS if c not in record]
+            if missing:
+                raise TraceError(f"{label}: missing column {missing[0]!r}; "
+                                 f"every op needs {', '.join(COLUMNS)}")
+            unknown = sorted(set(record) - set(COLUMNS))
+            if unknown:
+                raise TraceError(f"{label}: unknown column {unknown[0]!r}")
+            row = {c: _check_value(c, record[c], label) for c in COLUMNS}
+            _check_op(row, label, seen, model_input_elems)
+            seen.add(row["name"])
+            rows.append(row)
+        ops = pd.DataFrame(rows, columns=list(COLUMNS))
+        ops = ops.astype({c: "int64" for c, t in COLUMNS.items() if t is int}
+                         | {"vector_flops": "float64", "prunable": "bool"})
+        consumed = {p for producers in ops["producers"] for p in producers}
+        reads_input = ops["producers"].map(lambda ps: MODEL_INPUT in ps)
+        # Fusion bookkeeping: only model inputs and outputs cross DRAM in the fused models.
+        ops["model_input_elems"] = np.where(reads_input, model_input_elems, 0).astype("int64")
+        ops["is_output"] = ~ops["name"].isin(consumed)
+        ops["model_output_elems"] = np.where(ops["is_output"], ops["output_elems"], 0)
+        ops["model_output_elems"] = ops["model_output_elems"].astype("int64")
+        return cls(model=model, input_shape=shape, ops=ops,
+                   provenance=dict(provenance or {}))
+
+    # --- derived figures ------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    @property
+    def params(self) -> int:
+        """Weight elements of the whole model (all ops)."""
+        return int(self.ops["weight_elems"].sum())
+
+    @property
+    def macs_per_sample(self) -> int:
+        """Multiply-accumulates of all GEMMs (dense), per sample."""
+        o = self.ops
+        return int((o["m"] * o["k"] * o["n"] * o["groups"]).sum())
+
+    def at_batch(self, batch: int) -> pd.DataFrame:
+        """The op table with every per-sample column multiplied by ``batch``."""
+        if isinstance(batch, bool) or not isinstance(batch, int | np.integer) or batch < 1:
+            raise TraceError(f"batch must be a positive integer, got {batch!r}")
+        ops = self.ops.copy()
+        for column in (*PER_SAMPLE, "model_input_elems", "model_output_elems"):
+            ops[column] = ops[column] * batch
+        return ops
+
+    def to_json(self) -> dict[str, Any]:
+        records = self.ops[list(COLUMNS)].to_dict(orient="records")
+        for record in records:
+            for column, kind in COLUMNS.items():
+                if kind is int:
+                    record[column] = int(record[column])
+                elif kind is bool:
+                    record[column] = bool(record[column])
+                elif kind is float:
+                    record[column] = float(record[column])
+                elif kind is list:
+                    record[column] = list(record[column])
+        return {"schema": SCHEMA, "model": self.model, "input_shape": list(self.input_shape),
+                "provenance": dict(self.provenance), "ops": records}
+
+
+def _check_op(row: dict[str, Any], label: str, seen: set[str], model_input_elems: int) -> None:
+    if row["name"] in seen or row["name"] == MODEL_INPUT:
+        raise TraceError(f"{label}: op name {row['name']!r} is used twice (or is reserved); "
+                         "names must be unique")
+    if row["kind"] not in KINDS:
+        raise TraceError(f"{label}: unknown kind {row['kind']!r}; known: {', '.join(KINDS)}")
+    if row["groups"] < 1:
+        raise TraceError(f"{label}: groups must be >= 1")
+    gemm = row["kind"] in GEMM_KINDS
+    dims = (row["m"], row["k"], row["n"])
+    if gemm and min(dims) < 1:
+        raise TraceError(f"{label}: a {row['kind']} op needs m, k and n >= 1, got {dims}")
+    if not gemm and any(dims):
+        raise TraceError(f"{label}: a {row['kind']} op has no GEMM; set m, k and n to 0")
+    if row["prunable"]:
+        if row["kind"] not in ("conv", "linear"):
+            raise TraceError(f"{label}: only conv and linear weights are prunable")
+        expected = row["groups"] * row["m"] * row["k"]
+        if row["weight_elems"] != expected:
+            raise TraceError(f"{label}: weight_elems {row['weight_elems']} != groups*m*k "
+                             f"= {expected} for a prunable op")
+    for producer in row["producers"]:
+        if producer != MODEL_INPUT and producer not in seen:
+            raise TraceError(f"{label}: producer {producer!r} is not an earlier op; ops must be "
+                             "in topological order and producers must name them")
+    if MODEL_INPUT in row["producers"] and row["input_elems"] < model_input_elems:
+        raise TraceError(f"{label}: reads the model input ({model_input_elems} elements) but "
+                         f"input_elems is only {row['input_elems']}")
+
+
+def read_trace_file(path: Path) -> Trace:
+    """Load and validate one trace JSON file."""
+    where = str(path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TraceError(f"{where}: no such trace file; give a shipped model name "
+                         "(see the README) or a path to a trace .json") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{where}: cannot read trace ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{where}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(document, dict):
+        raise TraceError(f"{where}: a trace file holds one JSON object")
+    if document.get("schema") != SCHEMA:
+        raise TraceError(f"{where}: schema is {document.get('schema')!r}, expected {SCHEMA!r}")
+    for key in ("model", "input_shape", "provenance", "ops"):
+        if key not in document:
+            raise TraceError(f"{where}: missing top-level key {key!r}")
+    if not isinstance(document["ops"], list) or not isinstance(document["provenance"], dict):
+        raise TraceError(f"{where}: 'ops' must be a list and 'provenance' an object")
+    if not isinstance(document["input_shape"], list):
+        raise TraceError(f"{where}: 'input_shape' must be a list of positive integers")
+    return Trace.from_records(str(document["model"]), document["input_shape"],
+                              document["ops"], document["provenance"], where=where)
