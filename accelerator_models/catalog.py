@@ -1,10 +1,10 @@
-"""The shipped catalog of accelerators and the resolution of names, aliases, paths and ``extends``."""
+"""The shipped catalog of accelerators; resolution of names, aliases, paths and ``extends``."""
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import replace
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any

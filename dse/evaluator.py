@@ -27,6 +27,7 @@ from .pricing import Pricing, price, scope_ops, stack_formats
 __all__ = ["FUSIONS", "SCOPES", "EvaluationError", "evaluate", "evaluate_layers"]
 
 FUSIONS = ("unfused", "fused", "fused_prefetched")
+DEFAULT_NUMERICS = Numerics()  # frozen, so one shared default is safe
 SCOPES = ("gemm", "all")
 UNIT_NAMES = {int(Unit.TENSOR): "tensor", int(Unit.SPARSE_TENSOR): "sparse_tensor",
               int(Unit.VECTOR): "vector"}
@@ -136,7 +137,7 @@ def evaluate(
     batches: int | Sequence[int] = 1,
     fusion: str | Sequence[str] = FUSIONS,
     scope: str | Sequence[str] = "gemm",
-    numerics: Numerics = Numerics(),
+    numerics: Numerics = DEFAULT_NUMERICS,
 ) -> pd.DataFrame:
     """Speed-of-light latency of every design point; one row per design.
 
@@ -225,7 +226,7 @@ def evaluate_layers(
     batches: int | Sequence[int] = 1,
     fusion: str = "unfused",
     scope: str = "all",
-    numerics: Numerics = Numerics(),
+    numerics: Numerics = DEFAULT_NUMERICS,
 ) -> pd.DataFrame:
     """Per-op costs of every design point: one row per (design, op).
 

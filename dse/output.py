@@ -75,6 +75,10 @@ def write_table(table: pd.DataFrame, path: Path) -> None:
                 handle.write(_records(table).encode())
             else:
                 table.to_parquet(handle, index=False)
+        # mkstemp creates the file 0600; give the result the permissions of a plain open().
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

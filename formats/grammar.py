@@ -31,7 +31,7 @@ GRAMMAR_HELP = ("dense | N:M (2:4, 1:4, 2:8) | blockB@S (block4@87.5%, block16@0
 _NM = re.compile(r"^(\d+):(\d+)$")
 _BLOCK = re.compile(r"^block(\d+)@(.+)$")
 _UNSTRUCTURED = re.compile(r"^(?:unstructured|csr)@(.+)$")
-_NUMBER = re.compile(r"^[0-9]*\.?[0-9]+(?:e[-+]?\d+)?$")
+_NUMBER = re.compile(r"^[-+]?[0-9]*\.?[0-9]+(?:e[-+]?\d+)?$")
 
 
 def _sparsity(text: str, spec: str) -> float:

@@ -7,9 +7,9 @@ the kernel bodies also run (and are covered) as plain Python.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np

@@ -239,7 +239,8 @@ def read_trace_file(path: Path) -> Trace:
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(f"{where}: cannot read trace ({exc})") from None
     except json.JSONDecodeError as exc:
-        raise TraceError(f"{where}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
+        raise TraceError(f"{where}: malformed JSON ({exc.msg}; line {exc.lineno}, "
+                         f"column {exc.colno})") from None
     if not isinstance(document, dict):
         raise TraceError(f"{where}: a trace file holds one JSON object")
     if document.get("schema") != SCHEMA:
