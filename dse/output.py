@@ -90,7 +90,7 @@ def write_table(table: pd.DataFrame, path: Path) -> None:
 
 def format_seconds(seconds: float) -> str:
     """3.2e-6 -> '3.2 us' (three significant digits)."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9), ("ps", 1e-12)):
         if abs(seconds) >= scale:
             return f"{seconds / scale:.3g} {unit}"
     return f"{seconds:.3g} s"
