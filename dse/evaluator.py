@@ -16,21 +16,28 @@ import pandas as pd
 
 import accelerator_models
 from accelerator_models import Accelerator
-from formats import Format, Unit
+from formats import Format
 from formats import parse as parse_format
 from workloads import Trace, load_trace
 
 from . import _kernels as K
 from .numerics import Numerics
-from .pricing import Pricing, price, scope_ops, stack_formats
+from .pricing import (
+    KERNEL_CSR,
+    KERNEL_DENSE,
+    KERNEL_OWN,
+    KernelArrays,
+    Pricing,
+    kernel_arrays,
+    price,
+    stack_formats,
+)
 
 __all__ = ["FUSIONS", "SCOPES", "EvaluationError", "evaluate", "evaluate_layers"]
 
 FUSIONS = ("unfused", "fused", "fused_prefetched")
 DEFAULT_NUMERICS = Numerics()  # frozen, so one shared default is safe
 SCOPES = ("gemm", "all")
-UNIT_NAMES = {int(Unit.TENSOR): "tensor", int(Unit.SPARSE_TENSOR): "sparse_tensor",
-              int(Unit.VECTOR): "vector"}
 
 
 class EvaluationError(ValueError):
@@ -50,17 +57,19 @@ class _Problem:
     def formats(self) -> tuple[Format, ...]:
         return self.pricing.formats
 
-    def priced_arrays(self) -> tuple:
-        p = self.pricing
-        return (p.flops, p.weight_bytes, p.unit, p.needs_support, p.csr_weight_bytes,
-                p.dense_flops, p.dense_weight_bytes, p.feature_bytes_unfused,
-                p.feature_bytes_fused, p.vector_flops)
+    def arrays(self, scope: str) -> KernelArrays:
+        arrays = kernel_arrays(self.pricing, scope)
+        if len(arrays.ops) == 0:
+            raise EvaluationError(f"model {self.trace.model!r} has no prunable GEMM op, so "
+                                  "scope 'gemm' is empty; use scope 'all'")
+        return arrays
 
-    def totals(self, ops: np.ndarray) -> np.ndarray:
+    def totals(self, scope: str) -> np.ndarray:
         """``(D, 2, TOTAL_COLUMNS)``: see :func:`dse._kernels.design_totals`."""
-        fallback_ops = self.pricing.needs_support[:, ops].sum(axis=1).astype(np.int64)
-        return K.design_totals(self.hw, self.native_ok, fallback_ops, self.batches,
-                               *self.priced_arrays(), ops)
+        a = self.arrays(scope)
+        return K.design_totals(self.hw, self.native_ok, a.fallback_ops, self.batches,
+                               a.tensor_flops, a.sparse_flops, a.csr_flops, a.weight_bytes,
+                               a.feature_bytes_unfused, a.feature_bytes_fused, a.vector_flops)
 
     def design_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(hardware, format, batch) index of every design, in kernel order."""
@@ -152,17 +161,9 @@ def evaluate(
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
-def _scope_ops(problem: _Problem, scope: str) -> np.ndarray:
-    ops = scope_ops(problem.pricing, scope)
-    if len(ops) == 0:
-        raise EvaluationError(f"model {problem.trace.model!r} has no prunable GEMM op, so "
-                              "scope 'gemm' is empty; use scope 'all'")
-    return ops
-
-
 def _totals_frame(problem: _Problem, scope: str, fusions: list[str]) -> pd.DataFrame:
-    ops = _scope_ops(problem, scope)
-    totals = problem.totals(ops)
+    totals = problem.totals(scope)
+    ops = problem.arrays(scope).ops
     n_fmt, n_b = len(problem.formats), len(problem.batches)
     h, f, b = problem.design_index()
     dense_rows = (h * n_fmt) * n_b + b  # format 0 is dense
@@ -239,14 +240,16 @@ def evaluate_layers(
     (fusion,) = _choices(fusion, FUSIONS, "fusion")
     (scope,) = _choices(scope, SCOPES, "scope")
     problem = _prepare(trace, hardware, formats, batches, numerics)
-    ops = _scope_ops(problem, scope)
+    a = problem.arrays(scope)
+    ops = a.ops
     h, f, b = problem.design_index()
-    alt = _pick(problem.totals(ops), fusion)
+    alt = _pick(problem.totals(scope), fusion)
     falls_back = ~problem.native_ok[h, f]
-    kernels = np.where(falls_back, np.where(alt == 1, K.KERNEL_CSR, K.KERNEL_DENSE),
-                       K.KERNEL_OWN).astype(np.int64)
-    compute, mem, mem_fused, fl, wb, unit = K.per_op(
-        problem.hw, kernels, problem.batches, *problem.priced_arrays(), ops)
+    kernels = np.where(falls_back, np.where(alt == 1, KERNEL_CSR, KERNEL_DENSE),
+                       KERNEL_OWN).astype(np.int64)
+    compute, mem, mem_fused, fl, wb = K.per_op(
+        problem.hw, kernels, problem.batches, a.tensor_flops, a.sparse_flops, a.csr_flops,
+        a.weight_bytes, a.feature_bytes_unfused, a.feature_bytes_fused, a.vector_flops)
     memory = (mem if fusion == "unfused" else mem_fused).ravel()
     compute = compute.ravel()
     n_designs, n_ops = len(h), len(ops)
@@ -256,12 +259,13 @@ def evaluate_layers(
     p = problem.pricing
     names = problem.trace.ops["name"].to_numpy(dtype=object)
     kinds = problem.trace.ops["kind"].to_numpy(dtype=object)
-    hw_label = np.where(kernels[d] == K.KERNEL_CSR, "hw:csr", "hw:dense")
+    hw_label = np.where(kernels[d] == KERNEL_CSR, "hw:csr", "hw:dense")
     why = np.where(p.shape_fallback[f, op], "shape",
                    np.where(p.needs_support[f, op] & falls_back[d], hw_label, ""))
-    # Ops without a GEMM (norms, activations, softmax) run on the vector cores.
-    unit_names = np.array([UNIT_NAMES[u] for u in range(3)], dtype=object)[unit.ravel()]
-    unit_names = np.where(p.dense_flops[op] > 0, unit_names, "vector")
+    # The unit that does the op's GEMM; ops without one (norms, softmax) use the vector cores.
+    k, j = kernels[d], np.tile(np.arange(n_ops), n_designs)
+    unit_names = np.where(a.sparse_flops[k, f, j] > 0, "sparse_tensor",
+                          np.where(a.tensor_flops[k, f, j] > 0, "tensor", "vector"))
     return pd.DataFrame({
         "model": problem.trace.model,
         "hardware": np.array([a.name for a in problem.accelerators], dtype=object)[h],

@@ -103,6 +103,62 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
     )
 
 
+@dataclass(frozen=True, eq=False)
+class KernelArrays:
+    """What the kernels read for one scope: per alternative kernel (``KERNEL_OWN``,
+    ``KERNEL_DENSE``, ``KERNEL_CSR``), format and op in scope, the useful FLOPs per sample split
+    by unit and the weight bytes; contiguous, so the op loop is branch-free."""
+
+    ops: np.ndarray  # (P,) trace indices of the ops in scope
+    tensor_flops: np.ndarray  # (3, F, P) on the tensor cores
+    sparse_flops: np.ndarray  # (3, F, P) on the sparse tensor core
+    csr_flops: np.ndarray  # (3, F, P) CSR on the vector cores
+    weight_bytes: np.ndarray  # (3, F, P)
+    feature_bytes_unfused: np.ndarray  # (P,)
+    feature_bytes_fused: np.ndarray  # (P,)
+    vector_flops: np.ndarray  # (P,)
+    fallback_ops: np.ndarray  # (F,) ops in scope that need the format's own kernel
+
+
+#: Alternative kernels, in the order of KernelArrays' first axis.
+KERNEL_OWN, KERNEL_DENSE, KERNEL_CSR = 0, 1, 2
+
+
+@lru_cache(maxsize=64)
+def kernel_arrays(pricing: Pricing, scope: str) -> KernelArrays:
+    """The kernels' view of ``pricing`` for ``scope`` (cached per pricing and scope)."""
+    ops = scope_ops(pricing, scope)
+    p = pricing
+    needs = p.needs_support[:, ops]
+    flops, unit = p.flops[:, ops], p.unit[:, ops]
+    dense_flops = np.broadcast_to(p.dense_flops[ops], flops.shape)
+    dense_bytes = np.broadcast_to(p.dense_weight_bytes[ops], flops.shape)
+    zeros = np.zeros_like(flops)
+    # Own kernel: FLOPs go to the format's unit.
+    own = (np.where(unit == Unit.TENSOR, flops, 0.0),
+           np.where(unit == Unit.SPARSE_TENSOR, flops, 0.0),
+           np.where(unit == Unit.VECTOR, flops, 0.0),
+           p.weight_bytes[:, ops])
+    # Fallbacks change only the ops that need the format's own kernel.
+    dense = (np.where(needs, dense_flops, own[0]), np.where(needs, zeros, own[1]),
+             np.where(needs, zeros, own[2]), np.where(needs, dense_bytes, own[3]))
+    csr = (np.where(needs, zeros, own[0]), np.where(needs, zeros, own[1]),
+           np.where(needs, flops, own[2]), np.where(needs, p.csr_weight_bytes[:, ops], own[3]))
+    stacked = [np.ascontiguousarray(np.stack([a, b, c])) for a, b, c in
+               zip(own, dense, csr, strict=True)]
+    return KernelArrays(
+        ops=ops,
+        tensor_flops=stacked[0],
+        sparse_flops=stacked[1],
+        csr_flops=stacked[2],
+        weight_bytes=stacked[3],
+        feature_bytes_unfused=np.ascontiguousarray(p.feature_bytes_unfused[ops]),
+        feature_bytes_fused=np.ascontiguousarray(p.feature_bytes_fused[ops]),
+        vector_flops=np.ascontiguousarray(p.vector_flops[ops]),
+        fallback_ops=needs.sum(axis=1).astype(np.int64),
+    )
+
+
 def scope_ops(pricing: Pricing, scope: str) -> np.ndarray:
     """Indices of the ops a scope sums over: ``gemm`` (prunable weight GEMMs) or ``all``."""
     if scope == "all":

@@ -82,10 +82,13 @@ def test_layers_match_plain_python(trace, hardware, fmt, batch, fusion):
        batches=st.lists(st.integers(1, 512), min_size=1, max_size=3, unique=True))
 def test_numpy_reference_matches_kernel(trace, hardware, fmts, batches):
     problem = dse.evaluator._prepare(trace, hardware, fmts, batches, dse.Numerics())
-    ops = np.arange(len(trace), dtype=np.int64)
-    expected = naive.numpy_design_totals(problem.hw, problem.native_ok, problem.batches,
-                                         *problem.priced_arrays(), ops)
-    totals = problem.totals(ops)
+    p = problem.pricing
+    expected = naive.numpy_design_totals(
+        problem.hw, problem.native_ok, problem.batches, p.flops, p.weight_bytes, p.unit,
+        p.needs_support, p.csr_weight_bytes, p.dense_flops, p.dense_weight_bytes,
+        p.feature_bytes_unfused, p.feature_bytes_fused, p.vector_flops,
+        np.arange(len(trace), dtype=np.int64))
+    totals = problem.totals("all")
     for column, fusion in enumerate(dse.FUSIONS):
         latency, _ = dse.evaluator._latency(totals, fusion)
         np.testing.assert_allclose(latency.min(axis=1), expected[:, column], rtol=REL)
@@ -108,3 +111,23 @@ def test_reference_without_jit():
         cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
+
+
+@settings(max_examples=10, deadline=None)
+@given(trace=traces(), hardware=st.lists(accelerators(), min_size=1, max_size=3),
+       fmts=st.lists(any_formats, min_size=1, max_size=4),
+       batches=st.lists(st.integers(1, 512), min_size=1, max_size=3, unique=True))
+def test_parallel_and_serial_kernels_agree(trace, hardware, fmts, batches):
+    # Small calls run the serial kernel; both compiled variants must give identical numbers.
+    problem = dse.evaluator._prepare(trace, hardware, fmts, batches, dse.Numerics())
+    a = problem.arrays("all")
+    args = (problem.hw, problem.native_ok, a.fallback_ops, problem.batches, a.tensor_flops,
+            a.sparse_flops, a.csr_flops, a.weight_bytes, a.feature_bytes_unfused,
+            a.feature_bytes_fused, a.vector_flops)
+    np.testing.assert_array_equal(_kernels._design_totals_parallel(*args),
+                                  _kernels._design_totals_serial(*args))
+    kernels = np.zeros(problem.hw.shape[0] * len(problem.formats) * len(batches), np.int64)
+    per_op_args = (problem.hw, kernels, *args[3:])
+    for x, y in zip(_kernels._per_op_parallel(*per_op_args), _kernels._per_op_serial(*per_op_args),
+                    strict=True):
+        np.testing.assert_array_equal(x, y)

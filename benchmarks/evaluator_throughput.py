@@ -1,0 +1,518 @@
+"""Throughput of the evaluator's search path and latency of one model through the public API.
+
+Run from the repository root::
+
+    python -m benchmarks.evaluator_throughput [--json PATH] [--strict]
+
+Search path: the per-design totals kernel (``dse._kernels.design_totals`` through the evaluator's
+``_Problem.totals``) over a grid of design
+points (hardware variants x formats x batches), all ops in scope, timed warm. The same priced
+arrays go through the vectorized numpy reference ``tests.naive.numpy_design_totals`` and, for a
+spread-out subset of the designs, through the plain-Python reference ``tests.naive.naive_costs``
++ ``naive_totals``. The figure is op-evaluations per second: designs x ops in scope / seconds.
+
+Exit status: 1 if the numba kernel disagrees with the numpy or Python references by more than a
+relative 1e-9; with ``--strict``, 2 if a target is missed. See ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import inspect
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import numba
+import numpy as np
+import pandas as pd
+
+import accelerator_models
+import dse
+from dse import _kernels as K
+from dse.evaluator import _prepare  # the search path's own array preparation
+from dse.numerics import Numerics
+from dse.pricing import scope_ops
+from tests.naive import naive_costs, naive_totals, numpy_design_totals
+from workloads import Trace, load_trace
+
+# Targets from the issue.
+TARGET_OPS_PER_S = 5e8  # numba kernel, search path
+TARGET_OVER_NUMPY = 5.0  # numba / numpy, same run
+TARGET_LATENCY_US = 1000.0  # one model, one design point, public API: "well under 1 ms"
+TOLERANCE = 1e-9  # max relative difference between the implementations
+
+# The design grid: 8 x 3 x 2 x 2 = 96 hardware variants, 54 formats (dense included), 9 batches.
+BANDWIDTHS = (0.8e12, 1.2e12, 1.555e12, 2.0e12, 2.6e12, 3.35e12, 4.8e12, 8.0e12)
+PATTERNS = ("2:4", "2:4,1:4,2:8", "2:4,1:4,2:8,1:8,4:8,2:16")
+NONZERO_RATES = (0.5, 1.0)
+MIN_BLOCK_SIZES = (1, 16)
+NM_FORMATS = tuple(f"{n}:{m}" for m in (2, 4, 8, 16) for n in (1, 2, 3, 4, 6, 8) if n < m)
+BLOCK_FORMATS = tuple(f"block{b}@{s}" for b in (1, 2, 4, 8, 16, 32)
+                      for s in (0.5, 0.75, 0.875, 0.9, 0.95))
+UNSTRUCTURED_FORMATS = tuple(f"unstructured@{s}"
+                             for s in (0.5, 0.7, 0.8, 0.875, 0.9, 0.95, 0.98, 0.99))
+FORMATS = NM_FORMATS + BLOCK_FORMATS + UNSTRUCTURED_FORMATS
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+SYNTHETIC_COPIES = 16  # toy_hybrid's 23 ops x 16 = 368 ops
+
+NUMBA_REPEATS = 7
+NUMPY_REPEATS = 3
+PYTHON_OP_EVALS = 15_000  # op-evaluations the plain-Python subset runs (per trace)
+
+
+def hardware_grid() -> list[accelerator_models.Accelerator]:
+    grid = []
+    for bw in BANDWIDTHS:
+        for patterns in PATTERNS:
+            for rate in NONZERO_RATES:
+                for min_block in MIN_BLOCK_SIZES:
+                    grid.append(accelerator_models.load("a100", [
+                        f"dram_bandwidth_bytes_per_s={bw}",
+                        f"sparse_tensor.patterns={patterns}",
+                        f"sparse_tensor.nonzero_rate={rate}",
+                        f"block_sparse.min_block_size={min_block}",
+                    ]))
+    return grid
+
+
+def synthetic_trace(base: Trace, copies: int) -> Trace:
+    """``copies`` renamed copies of ``base`` chained one after the other: a valid, longer trace.
+
+    Copy ``r`` names its ops ``r<r>.<name>``; its ops that read the model input read the previous
+    copy's last op instead (copy 0 reads the model input).
+    """
+    records = base.to_json()["ops"]
+    last = records[-1]["name"]
+    ops = []
+    for r in range(copies):
+        for record in records:
+            record = dict(record)
+            record["name"] = f"r{r}.{record['name']}"
+            record["producers"] = [
+                (p if r == 0 else f"r{r - 1}.{last}") if p == "input" else f"r{r}.{p}"
+                for p in record["producers"]]
+            ops.append(record)
+    return Trace.from_records(f"{base.model}_x{copies}", base.input_shape, ops,
+                              {"source": f"benchmarks: {copies} chained copies of {base.model}"})
+
+
+def time_calls(fn: Callable[[], object], repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def priced_arrays(problem, ops: np.ndarray) -> dict[str, np.ndarray]:
+    """Every array the totals kernels take, by their parameter names, built as the evaluator
+    builds them for ``dse.evaluate`` (``fallback_ops`` as ``_Problem.totals`` does)."""
+    p = problem.pricing
+    return {"hw": problem.hw, "native_ok": problem.native_ok, "batches": problem.batches,
+            "fallback_ops": p.needs_support[:, ops].sum(axis=1).astype(np.int64),
+            "flops": p.flops, "wbytes": p.weight_bytes, "unit": p.unit,
+            "needs": p.needs_support, "csr_wbytes": p.csr_weight_bytes,
+            "dense_flops": p.dense_flops, "dense_wbytes": p.dense_weight_bytes,
+            "feat_unfused": p.feature_bytes_unfused, "feat_fused": p.feature_bytes_fused,
+            "vflops": p.vector_flops, "ops": ops}
+
+
+def bind(fn: Callable, arrays: dict[str, np.ndarray]) -> tuple:
+    """Positional arguments of ``fn`` (a numba dispatcher or a function), matched by name."""
+    names = list(inspect.signature(getattr(fn, "py_func", fn)).parameters)
+    unknown = [n for n in names if n not in arrays]
+    if unknown:
+        raise SystemExit(f"benchmarks: {fn.__name__} takes {unknown}, which this benchmark "
+                         "does not build; update benchmarks/evaluator_throughput.py")
+    return tuple(arrays[n] for n in names)
+
+
+def three_latencies(totals: np.ndarray) -> np.ndarray:
+    """The kernel's totals as the numpy reference's ``(D, 3)`` latencies (unfused, fused,
+    fused_prefetched): per design and fusion model, the faster hardware-fallback alternative
+    (the first on a tie), as ``dse.evaluate`` picks it."""
+    t = totals if totals.ndim == 3 else totals[:, None, :]
+    lat = np.stack([t[..., K.T_UNFUSED], t[..., K.T_FUSED],
+                    np.maximum(t[..., K.T_COMPUTE], t[..., K.T_MEMORY_FUSED])], axis=-1)
+    best = lat[:, 0]
+    for alternative in range(1, lat.shape[1]):
+        best = np.where(lat[:, alternative] < best, lat[:, alternative], best)
+    return best
+
+
+def max_rel_diff(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), np.finfo(float).tiny)))
+
+
+def numpy_per_hardware(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """The numpy reference called once per hardware variant (rows stay in the kernel's order)."""
+    parts = []
+    for h in range(arrays["hw"].shape[0]):
+        one = dict(arrays, hw=arrays["hw"][h:h + 1], native_ok=arrays["native_ok"][h:h + 1])
+        parts.append(numpy_design_totals(*bind(numpy_design_totals, one)))
+    return np.concatenate(parts)
+
+
+FUSION_KEYS = ("unfused", "fused", "fused_prefetched")
+
+
+def python_design(trace: Trace, acc, fmt, batch: int) -> list[float]:
+    """Latencies (unfused, fused, fused_prefetched) of one design in plain Python: the ops that
+    the hardware cannot run go dense and, only where some do, CSR too; the faster is kept per
+    fusion model (dense on a tie), as ``tests.naive.naive_evaluate`` does."""
+    dense_costs = naive_costs(trace, acc, fmt, batch, "dense")
+    dense_way = naive_totals(dense_costs, "all")
+    if not any(c.fallback == "hw:dense" for c in dense_costs):
+        return [dense_way[k] for k in FUSION_KEYS]
+    csr_way = naive_totals(naive_costs(trace, acc, fmt, batch, "csr"), "all")
+    return [csr_way[k] if csr_way[k] < dense_way[k] else dense_way[k] for k in FUSION_KEYS]
+
+
+def throughput(trace: Trace, hardware: list, repeats: int) -> dict:
+    clock = cpu_clock()
+    start = time.perf_counter()
+    problem = _prepare(trace, hardware, list(FORMATS), list(BATCHES), Numerics())
+    ops = scope_ops(problem.pricing, "all")
+    arrays = priced_arrays(problem, ops)
+    problem.arrays("all")  # the kernels' per-scope arrays, built once per grid (cached)
+    setup_s = time.perf_counter() - start
+    n_hw, n_fmt, n_b = len(problem.accelerators), len(problem.formats), len(problem.batches)
+    designs = n_hw * n_fmt * n_b
+    op_evals = designs * len(ops)
+
+    start = time.perf_counter()
+    totals = problem.totals("all")  # compiles, or loads numba's on-disk cache
+    first_call_s = time.perf_counter() - start
+    numba_times = time_calls(lambda: problem.totals("all"), repeats)
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        numba_1t_times = time_calls(lambda: problem.totals("all"), max(3, repeats // 2))
+    finally:
+        numba.set_num_threads(threads)
+
+    per_hw_result = numpy_per_hardware(arrays)
+    numpy_times = time_calls(lambda: numpy_per_hardware(arrays), NUMPY_REPEATS)
+    start = time.perf_counter()
+    one_call_result = numpy_design_totals(*bind(numpy_design_totals, arrays))
+    numpy_one_call_s = time.perf_counter() - start
+
+    # Plain Python over designs spread evenly across the grid, extrapolated per op-evaluation.
+    n_python = int(np.clip(PYTHON_OP_EVALS // len(ops), 8, designs))
+    picks = np.unique(np.linspace(0, designs - 1, n_python).round().astype(np.int64))
+    h_idx, f_idx, b_idx = np.unravel_index(picks, (n_hw, n_fmt, n_b))
+    jobs = [(problem.accelerators[h], problem.formats[f], int(problem.batches[b]))
+            for h, f, b in zip(h_idx, f_idx, b_idx, strict=True)]
+    start = time.perf_counter()
+    python_result = np.array([python_design(trace, acc, fmt, batch)
+                              for acc, fmt, batch in jobs])
+    python_s = time.perf_counter() - start
+
+    kernel3 = three_latencies(totals)
+    numba_best = min(numba_times)
+    numpy_best = min(numpy_times)
+    row = {
+        "trace": trace.model,
+        "ops": len(ops),
+        "hardware_variants": n_hw,
+        "formats": n_fmt,
+        "batches": n_b,
+        "designs": designs,
+        "op_evals": op_evals,
+        # Designs whose hardware lacks the format: the kernel prices both fallbacks there.
+        "fallback_design_share": float(np.mean(~arrays["native_ok"]
+                                               & (arrays["fallback_ops"] > 0)[None, :])),
+        "setup_s": setup_s,
+        "numba_first_call_s": first_call_s,
+        "numba_best_s": numba_best,
+        "numba_median_s": statistics.median(numba_times),
+        "numba_ops_per_s": op_evals / numba_best,
+        "numba_1thread_best_s": min(numba_1t_times),
+        "numba_1thread_ops_per_s": op_evals / min(numba_1t_times),
+        "numpy_best_s": numpy_best,
+        "numpy_ops_per_s": op_evals / numpy_best,
+        "numpy_one_call_s": numpy_one_call_s,
+        "numpy_one_call_ops_per_s": op_evals / numpy_one_call_s,
+        "python_designs": len(jobs),
+        "python_op_evals": len(jobs) * len(ops),
+        "python_s": python_s,
+        "python_ops_per_s": len(jobs) * len(ops) / python_s,
+        "max_rel_diff_numba_numpy": max(max_rel_diff(kernel3, per_hw_result),
+                                        max_rel_diff(kernel3, one_call_result)),
+        "max_rel_diff_numba_python": max_rel_diff(kernel3[picks], python_result),
+    }
+    row["numba_over_numpy"] = row["numba_ops_per_s"] / row["numpy_ops_per_s"]
+    row["numba_over_numpy_one_call"] = row["numba_ops_per_s"] / row["numpy_one_call_ops_per_s"]
+    row["numba_over_python"] = row["numba_ops_per_s"] / row["python_ops_per_s"]
+    row["thread_scaling"] = row["numba_ops_per_s"] / row["numba_1thread_ops_per_s"]
+    row["other_processes_cores"] = other_cores(clock)
+    return row
+
+
+def latency(name: str, fn: Callable, trace: Trace, acc, calls: int, budget_s: float) -> dict:
+    clock = cpu_clock()
+    for _ in range(20):  # warm: pricing cache, numba dispatch, pandas paths
+        fn(trace, acc, "2:4", 1, fusion="unfused")
+    times = []
+    deadline = time.perf_counter() + budget_s
+    while len(times) < calls and (len(times) < 20 or time.perf_counter() < deadline):
+        start = time.perf_counter()
+        fn(trace, acc, "2:4", 1, fusion="unfused")
+        times.append(time.perf_counter() - start)
+    times_us = np.array(times) * 1e6
+    return {"call": f'dse.{name}(trace, accelerator, "2:4", 1, fusion="unfused")',
+            "function": name, "trace": trace.model, "ops": len(trace), "calls": len(times),
+            "median_us": float(np.median(times_us)), "min_us": float(times_us.min()),
+            "p90_us": float(np.percentile(times_us, 90)),
+            "other_processes_cores": other_cores(clock)}
+
+
+def cpu_clock() -> tuple[float, float, float] | None:
+    """(wall, busy CPU seconds of the whole machine, CPU seconds of this process), Linux only."""
+    try:
+        with open("/proc/stat", encoding="utf-8") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    ticks = os.sysconf("SC_CLK_TCK")
+    own = os.times()
+    return time.perf_counter(), (sum(fields[:8]) - idle) / ticks, own.user + own.system
+
+
+def other_cores(since: tuple[float, float, float] | None) -> float | None:
+    """Cores that other processes kept busy, on average, since ``since``: they skew every
+    figure here (the machine has 2 cores)."""
+    now = cpu_clock()
+    if since is None or now is None or now[0] <= since[0]:
+        return None
+    return max(0.0, ((now[1] - since[1]) - (now[2] - since[2])) / (now[0] - since[0]))
+
+
+def wait_idle(max_s: float) -> float:
+    """Wait (up to ``max_s`` seconds) until other processes have left the cores alone for a
+    second; returns the seconds waited. A no-op when ``max_s`` is 0 or /proc/stat is missing."""
+    start = time.perf_counter()
+    calm = 0
+    while max_s > 0 and time.perf_counter() - start < max_s and calm < 2:
+        clock = cpu_clock()
+        if clock is None:
+            break
+        time.sleep(0.5)
+        calm = calm + 1 if (other_cores(clock) or 0.0) < 0.1 else 0
+    return time.perf_counter() - start
+
+
+def environment() -> dict:
+    try:
+        layer = numba.threading_layer()
+    except ValueError:
+        layer = "not yet chosen"
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "numba": numba.__version__,
+        "numpy": np.__version__,
+        "pandas": pd.__version__,
+        "numba_threads": numba.get_num_threads(),
+        "numba_threading_layer": layer,
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "machine": platform.machine(),
+        "processor": _cpu_model(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _rate(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _cores(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _mark(ok: bool) -> str:
+    return "MET" if ok else "NOT MET"
+
+
+def report(env: dict, rows: list[dict], lats: list[dict]) -> tuple[str, dict]:
+    lines = []
+    out = lines.append
+    out("dse evaluator throughput (search path: design totals, scope=all)")
+    out(f"  date {env['date']}; {env['processor']} ({env['machine']}); "
+        f"cpu_count {env['cpu_count']}, usable {env['cpus_usable']}")
+    sections = [r["other_processes_cores"] for r in (*rows, *lats)]
+    if None not in sections:
+        others = max(sections)
+        out(f"  other processes kept up to {others:.2f} cores busy during a measurement"
+            + (" -- NOT IDLE: figures are pessimistic; rerun (--wait-idle 60)"
+               if others > 0.15 else " (idle enough)"))
+    out(f"  python {env['python']}, numba {env['numba']} "
+        f"({env['numba_threads']} threads, layer {env['numba_threading_layer']}), "
+        f"numpy {env['numpy']}, pandas {env['pandas']}")
+    g = rows[0]
+    out(f"  grid: {g['hardware_variants']} hardware variants (a100 x DRAM bandwidth x sparse "
+        f"patterns x nonzero_rate x min block) x {g['formats']} formats (dense, N:M, block, "
+        f"unstructured) x {g['batches']} batches (1..256) = {g['designs']} designs")
+    out("")
+    labels = [f"{r['trace']} ({r['ops']} ops)" for r in rows]
+    out(f"  {'':34}" + "".join(f"{label:>26}" for label in labels))
+
+    def line(label: str, key: str, fmt: Callable[[float], str]) -> None:
+        out(f"  {label:34}" + "".join(f"{fmt(r[key]):>26}" for r in rows))
+
+    line("op-evaluations per call", "op_evals", lambda x: f"{x:,}")
+    line("designs falling back (2 prices)", "fallback_design_share", lambda x: f"{x:.0%}")
+    line("setup: pricing + rates [ms]", "setup_s", lambda x: f"{x * 1e3:.2f}")
+    line("numba first call [ms]", "numba_first_call_s", lambda x: f"{x * 1e3:.1f}")
+    line("numba best [ms]", "numba_best_s", lambda x: f"{x * 1e3:.2f}")
+    line("numba median [ms]", "numba_median_s", lambda x: f"{x * 1e3:.2f}")
+    line("numba [op-evals/s]", "numba_ops_per_s", _rate)
+    line("numba, 1 thread [op-evals/s]", "numba_1thread_ops_per_s", _rate)
+    line("  thread scaling", "thread_scaling", lambda x: f"{x:.2f}x")
+    line("numpy, per hardware [op-evals/s]", "numpy_ops_per_s", _rate)
+    line("numpy, one call [op-evals/s]", "numpy_one_call_ops_per_s", _rate)
+    line("python* [op-evals/s]", "python_ops_per_s", _rate)
+    line("numba / numpy (per hardware)", "numba_over_numpy", lambda x: f"{x:.1f}x")
+    line("numba / numpy (one call)", "numba_over_numpy_one_call", lambda x: f"{x:.1f}x")
+    line("numba / python", "numba_over_python", lambda x: f"{x:,.0f}x")
+    line("max rel diff numba vs numpy", "max_rel_diff_numba_numpy", lambda x: f"{x:.1e}")
+    line("max rel diff numba vs python*", "max_rel_diff_numba_python", lambda x: f"{x:.1e}")
+    line("other processes' cores busy", "other_processes_cores", _cores)
+    out("  * plain Python (tests.naive.naive_costs + naive_totals) runs "
+        + ", ".join(f"{r['python_designs']} designs of {r['trace']}" for r in rows)
+        + ", spread evenly over the grid;")
+    out("    its rate is per op-evaluation on that subset, extrapolated to the grid.")
+    out("  numpy, per hardware: numpy_design_totals called once per hardware variant (its best "
+        "use here,")
+    out("    and the reference for the 5x target); one call: the whole grid in one call.")
+    out("")
+    out(f"  {'latency, public API (warm)':48}{'trace':>22}{'calls':>7}{'median us':>11}"
+        f"{'min us':>9}{'p90 us':>9}{'others':>8}")
+    for r in lats:
+        call = f"dse.{r['function']}(.., a100, 2:4, 1, unfused)"
+        where = f"{r['trace']} ({r['ops']})"
+        out(f"  {call:48}{where:>22}{r['calls']:>7}{r['median_us']:>11.0f}"
+            f"{r['min_us']:>9.0f}{r['p90_us']:>9.0f}{_cores(r['other_processes_cores']):>8}")
+    out("  others: cores other processes kept busy during that row (2 cores in all). numba's "
+        "parallel")
+    out("  kernels spin-wait for both threads, so one busy core can slow a small call many "
+        "times over.")
+    out("")
+
+    big = max(rows, key=lambda r: r["ops"])
+    agree = all(r["max_rel_diff_numba_numpy"] < TOLERANCE
+                and r["max_rel_diff_numba_python"] < TOLERANCE for r in rows)
+    targets = {
+        "numba_ops_per_s": {"target": TARGET_OPS_PER_S, "measured": big["numba_ops_per_s"],
+                            "trace": big["trace"],
+                            "met": big["numba_ops_per_s"] >= TARGET_OPS_PER_S},
+        "numba_over_numpy": {"target": TARGET_OVER_NUMPY, "measured": big["numba_over_numpy"],
+                             "trace": big["trace"],
+                             "met": big["numba_over_numpy"] >= TARGET_OVER_NUMPY},
+        "latency_us": {"target": TARGET_LATENCY_US,
+                       "measured": {f"{r['function']}:{r['trace']}": r["median_us"]
+                                    for r in lats},
+                       "trace": "toy_hybrid",
+                       "met": all(r["median_us"] < TARGET_LATENCY_US for r in lats
+                                  if r["trace"] == "toy_hybrid")},
+        "agreement": {"target": TOLERANCE, "met": agree},
+    }
+    out(f"targets (figures of the {big['ops']}-op trace; toy_hybrid's are above):")
+    out(f"  numba kernel >= {TARGET_OPS_PER_S:.0e} op-evals/s on the search path: "
+        f"{big['numba_ops_per_s']:.3g}  -> {_mark(targets['numba_ops_per_s']['met'])}")
+    out(f"  numba >= {TARGET_OVER_NUMPY:g}x the numpy reference (same run): "
+        f"{big['numba_over_numpy']:.1f}x  -> {_mark(targets['numba_over_numpy']['met'])}")
+    toy = [r for r in lats if r["trace"] == "toy_hybrid"]
+    out("  one model, one design, public API, well under 1 ms: "
+        + ", ".join(f"{r['function']} {r['median_us']:.0f} us" for r in toy)
+        + f"  -> {_mark(targets['latency_us']['met'])} (met means median < 1000 us; the "
+        f"worst is {max(r['median_us'] for r in toy) / TARGET_LATENCY_US:.2f} ms)")
+    out(f"  numba, numpy and python agree (max rel diff < {TOLERANCE:g}): "
+        f"{'yes' if agree else 'NO'}")
+    return "\n".join(lines), targets
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.evaluator_throughput",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON here")
+    parser.add_argument("--repeats", type=int, default=NUMBA_REPEATS,
+                        help=f"timed calls of the numba kernel (best is reported; "
+                             f"default {NUMBA_REPEATS})")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 2 when a throughput or latency target is missed")
+    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+                        help="before each section, wait up to SECONDS for other processes to "
+                             "leave the cores idle (for shared machines; default 0: no wait)")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+    if args.wait_idle < 0:
+        parser.error("--wait-idle must be >= 0")
+
+    wall = time.perf_counter()
+    hardware = hardware_grid()
+    toy = load_trace("toy_hybrid")
+    big = synthetic_trace(toy, SYNTHETIC_COPIES)
+    waited = 0.0
+    rows = []
+    for trace in (toy, big):
+        waited += wait_idle(args.wait_idle)
+        rows.append(throughput(trace, hardware, args.repeats))
+    a100 = accelerator_models.load("a100")
+    lats = []
+    for trace, calls in ((toy, 500), (big, 200)):
+        for fn in (dse.evaluate, dse.evaluate_layers):
+            waited += wait_idle(args.wait_idle)
+            lats.append(latency(fn.__name__, fn, trace, a100, calls, budget_s=2.0))
+    env = environment()
+    text, targets = report(env, rows, lats)
+    wall = time.perf_counter() - wall
+    print(text)
+    print(f"(benchmark wall time {wall:.1f} s, of which {waited:.1f} s waiting for idle cores)")
+
+    if args.json:
+        doc = {"benchmark": "evaluator_throughput", "environment": env,
+               "grid": {"hardware": {"base": "a100", "dram_bandwidth_bytes_per_s": BANDWIDTHS,
+                                     "sparse_tensor.patterns": PATTERNS,
+                                     "sparse_tensor.nonzero_rate": NONZERO_RATES,
+                                     "block_sparse.min_block_size": MIN_BLOCK_SIZES},
+                        "formats": ["dense", *FORMATS], "batches": BATCHES, "scope": "all"},
+               "throughput": rows, "latency": lats, "targets": targets, "wall_s": wall,
+               "waited_for_idle_s": waited}
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+    if not targets["agreement"]["met"]:
+        print(f"FAIL: implementations disagree by more than {TOLERANCE:g} (relative)",
+              file=sys.stderr)
+        return 1
+    if args.strict and not all(t["met"] for t in targets.values()):
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
