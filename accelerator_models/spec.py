@@ -73,25 +73,19 @@ class Accelerator:
 
     def tensor_rate(self, dtype: str) -> float:
         """Dense tensor-core peak in FLOP/s for ``dtype``."""
-        try:
-            return self.tensor_flops_per_s[dtype]
-        except KeyError:
-            have = ", ".join(sorted(self.tensor_flops_per_s)) or "none"
-            raise SpecError(
-                f"hardware {self.name!r} has no tensor_flops_per_s.{dtype} (it has: {have}); "
-                f"pick one of those dtypes or --set tensor_flops_per_s.{dtype}=VALUE"
-            ) from None
+        return self._rate("tensor_flops_per_s", dtype)
 
     def vector_rate(self, dtype: str) -> float:
         """Vector-core peak in FLOP/s for ``dtype``."""
-        try:
-            return self.vector_flops_per_s[dtype]
-        except KeyError:
-            have = ", ".join(sorted(self.vector_flops_per_s)) or "none"
-            raise SpecError(
-                f"hardware {self.name!r} has no vector_flops_per_s.{dtype} (it has: {have}); "
-                f"pick one of those dtypes or --set vector_flops_per_s.{dtype}=VALUE"
-            ) from None
+        return self._rate("vector_flops_per_s", dtype)
+
+    def _rate(self, table: str, dtype: str) -> float:
+        rates = getattr(self, table)
+        if dtype in rates:
+            return rates[dtype]
+        have = ", ".join(sorted(rates)) or "none"
+        raise SpecError(f"hardware {self.name!r} has no {table}.{dtype} (it has: {have}); "
+                        f"pick one of those dtypes or --set {table}.{dtype}=VALUE")
 
     def supports_nm(self, n: int, m: int) -> bool:
         """Whether the sparse tensor core runs the N:M pattern natively."""
