@@ -181,6 +181,8 @@ def _totals_frame(problem: _Problem, scope: str, fusions: list[str]) -> pd.DataF
         "format": np.array([x.name for x in problem.formats], dtype=object)[f],
         "family": np.array([x.family for x in problem.formats], dtype=object)[f],
         "sparsity": np.array([x.sparsity for x in problem.formats])[f],
+        "weight_sparsity": p.weight_sparsity[f],
+        "per_layer_density": p.layer_density[f],
         "batch": batch.astype(np.int64),
     }
     frames = []

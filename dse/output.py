@@ -8,12 +8,15 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["OutputError", "SUFFIXES", "check_output_path", "write_table", "format_seconds"]
+__all__ = ["OutputError", "SUFFIXES", "check_output_path", "format_seconds", "write_atomic",
+           "write_table"]
 
 SUFFIXES = (".csv", ".parquet", ".json")
 
@@ -22,11 +25,11 @@ class OutputError(ValueError):
     """An output path that cannot be written; the message names it and the fix."""
 
 
-def check_output_path(path: Path) -> Path:
-    """Fail early, before any work, when ``path`` cannot take a result table."""
-    if path.suffix.lower() not in SUFFIXES:
+def check_output_path(path: Path, suffixes: tuple[str, ...] = SUFFIXES) -> Path:
+    """Fail early, before any work, when ``path`` cannot take a result file."""
+    if path.suffix.lower() not in suffixes:
         raise OutputError(f"--out {path}: unknown file type {path.suffix or '(none)'!r}; "
-                          f"use one of {', '.join(SUFFIXES)}")
+                          f"use one of {', '.join(suffixes)}")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         if folder.exists():
@@ -61,6 +64,20 @@ def write_table(table: pd.DataFrame, path: Path) -> None:
     """Write ``table`` as CSV, Parquet or a JSON list of records, atomically."""
     check_output_path(path)
     suffix = path.suffix.lower()
+
+    def write(handle) -> None:
+        if suffix == ".csv":
+            handle.write(table.to_csv(index=False).encode())
+        elif suffix == ".json":
+            handle.write(_records(table).encode())
+        else:
+            table.to_parquet(handle, index=False)
+
+    write_atomic(path, write)
+
+
+def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call ``write`` on a temporary file beside ``path``, then rename it into place."""
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
                                         dir=path.parent)
@@ -69,12 +86,7 @@ def write_table(table: pd.DataFrame, path: Path) -> None:
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as handle:
-            if suffix == ".csv":
-                handle.write(table.to_csv(index=False).encode())
-            elif suffix == ".json":
-                handle.write(_records(table).encode())
-            else:
-                table.to_parquet(handle, index=False)
+            write(handle)
         # mkstemp creates the file 0600; give the result the permissions of a plain open().
         umask = os.umask(0)
         os.umask(umask)

@@ -28,6 +28,10 @@ class Pricing:
 
     formats: tuple[Format, ...]
     numerics: Numerics
+    # (F,): the share of prunable weights that are zero, shape fallbacks included; and whether
+    # the trace's per-layer densities replaced the format's own sparsity.
+    weight_sparsity: np.ndarray
+    layer_density: np.ndarray
     # (F, P): the kernel the format chooses when the hardware runs it.
     flops: np.ndarray  # useful FLOPs per sample
     weight_bytes: np.ndarray  # values + index, not batch-scaled
@@ -59,6 +63,8 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
 
     dense_flops = 2.0 * m * k * n * g
     dense_weight_bytes = vb * _as_float(ops, "weight_elems")
+    # Parameters beyond a prunable op's GEMM weights (its bias) stay dense in every format.
+    bias_bytes = np.where(prunable, dense_weight_bytes - vb * g * m * k, 0.0)
     shape = (len(formats), len(ops))
     flops = np.empty(shape)
     weight_bytes = np.empty(shape)
@@ -66,12 +72,23 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
     needs_support = np.zeros(shape, dtype=bool)
     shape_fallback = np.zeros(shape, dtype=bool)
     csr_weight_bytes = np.empty(shape)
+    layer_density = ops["density"].to_numpy(dtype=np.float64)
+    has_layer_density = ~np.isnan(layer_density)
+    weight_sparsity = np.empty(len(formats))
     for f, fmt in enumerate(formats):
         takes = prunable & np.asarray(fmt.applies_to(m, k), dtype=bool)
         if isinstance(fmt, Dense):
             takes[:] = False
-        own_flops = g * fmt.useful_flops(m, k, n)
-        own_bytes = g * (fmt.value_bytes(m, k, vb) + fmt.index_bytes(m, k, iw))
+        # A pruned checkpoint's per-layer densities replace block and unstructured sparsity.
+        density = np.full(len(ops), fmt.density)
+        if fmt.takes_layer_density:
+            density = np.where(has_layer_density, layer_density, density)
+        own_flops = g * fmt.useful_flops(m, k, n, density)
+        own_bytes = (g * (fmt.value_bytes(m, k, vb, density)
+                          + fmt.index_bytes(m, k, iw, density)) + bias_bytes)
+        gemm_weights = np.where(prunable, g * m * k, 0.0)
+        kept = np.where(takes, g * fmt.nnz(m, k, density), gemm_weights)
+        weight_sparsity[f] = 1.0 - kept.sum() / max(gemm_weights.sum(), 1.0)
         flops[f] = np.where(takes, own_flops, dense_flops)
         weight_bytes[f] = np.where(takes, own_bytes, dense_weight_bytes)
         unit[f] = np.where(takes, int(fmt.unit), int(Unit.TENSOR))
@@ -79,13 +96,17 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
         shape_fallback[f] = prunable & ~takes & (not isinstance(fmt, Dense))
         # Hardware fallback: the same nonzeros as CSR on the vector cores.
         as_csr = Unstructured(fmt.sparsity)
-        csr_bytes = g * (as_csr.value_bytes(m, k, vb) + as_csr.index_bytes(m, k, iw))
+        csr_bytes = (g * (as_csr.value_bytes(m, k, vb, density)
+                          + as_csr.index_bytes(m, k, iw, density)) + bias_bytes)
         csr_weight_bytes[f] = np.where(takes, csr_bytes, dense_weight_bytes)
 
     abytes = float(numerics.value_bytes)
     return Pricing(
         formats=formats,
         numerics=numerics,
+        weight_sparsity=weight_sparsity,
+        layer_density=np.array([fmt.takes_layer_density and bool(has_layer_density.any())
+                                for fmt in formats]),
         flops=flops,
         weight_bytes=weight_bytes,
         unit=unit,

@@ -57,29 +57,37 @@ class Format(ABC):
     def sparsity(self) -> float:
         return 1.0 - self.density
 
+    #: Whether a trace's per-layer densities (from a pruned checkpoint) replace this format's
+    #: own sparsity. N:M fixes its density; dense has none.
+    takes_layer_density: ClassVar[bool] = False
+
     @abstractmethod
     def applies_to(self, m, k):
         """Whether an ``M x K`` weight matrix can take this format (bool or bool array)."""
 
     @abstractmethod
-    def index_bytes(self, m, k, index_width_bytes: float):
+    def index_bytes(self, m, k, index_width_bytes: float, density=None):
         """Metadata bytes of one ``M x K`` group stored in this format."""
 
     @abstractmethod
     def runs_natively_on(self, hardware: Capabilities) -> bool:
         """Whether the hardware runs this format's own kernel on :attr:`unit`."""
 
-    def nnz(self, m, k):
+    # ``density``, where given (a number or an array like ``m``), replaces :attr:`density`:
+    # the per-layer densities of a pruned checkpoint.
+
+    def nnz(self, m, k, density=None):
         """Stored (nonzero) weights of one ``M x K`` group."""
-        return self.density * np.multiply(m, k, dtype=np.float64)
+        d = self.density if density is None else density
+        return d * np.multiply(m, k, dtype=np.float64)
 
-    def value_bytes(self, m, k, value_width_bytes: float):
+    def value_bytes(self, m, k, value_width_bytes: float, density=None):
         """Bytes of the stored weight values of one group."""
-        return value_width_bytes * self.nnz(m, k)
+        return value_width_bytes * self.nnz(m, k, density)
 
-    def useful_flops(self, m, k, n):
+    def useful_flops(self, m, k, n, density=None):
         """FLOPs of the useful work of one group: ``2 * nnz * N``."""
-        return 2.0 * self.nnz(m, k) * n
+        return 2.0 * self.nnz(m, k, density) * n
 
     def __str__(self) -> str:
         return self.name

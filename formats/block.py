@@ -19,6 +19,7 @@ class Block(Format):
 
     family = "block"
     unit = Unit.TENSOR
+    takes_layer_density = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.block <= MAX_BLOCK:
@@ -36,10 +37,10 @@ class Block(Format):
     def applies_to(self, m, k):
         return (np.mod(m, self.block) == 0) & (np.mod(k, self.block) == 0)
 
-    def index_bytes(self, m, k, index_width_bytes: float):
+    def index_bytes(self, m, k, index_width_bytes: float, density=None):
         # BSR: one column index per stored block, one row pointer per block row, plus one.
         b = self.block
-        return index_width_bytes * (self.nnz(m, k) / (b * b) + np.divide(m, b) + 1.0)
+        return index_width_bytes * (self.nnz(m, k, density) / (b * b) + np.divide(m, b) + 1.0)
 
     def runs_natively_on(self, hardware: Capabilities) -> bool:
         return hardware.supports_block(self.block)

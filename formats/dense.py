@@ -25,7 +25,7 @@ class Dense(Format):
     def applies_to(self, m, k):
         return np.full(np.broadcast(m, k).shape, True)
 
-    def index_bytes(self, m, k, index_width_bytes: float):
+    def index_bytes(self, m, k, index_width_bytes: float, density=None):
         return np.zeros(np.broadcast(m, k).shape)
 
     def runs_natively_on(self, hardware: Capabilities) -> bool:

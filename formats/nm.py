@@ -39,9 +39,9 @@ class NM(Format):
         # Groups of M run along K, so K must be a multiple of M.
         return np.mod(k, self.m) == 0
 
-    def index_bytes(self, m, k, index_width_bytes: float):
+    def index_bytes(self, m, k, index_width_bytes: float, density=None):
         # N:M metadata has a fixed width per nonzero; the configured index width does not apply.
-        return self.nnz(m, k) * self.index_bits_per_nonzero / 8.0
+        return self.nnz(m, k, density) * self.index_bits_per_nonzero / 8.0
 
     def runs_natively_on(self, hardware: Capabilities) -> bool:
         return hardware.supports_nm(self.n, self.m)

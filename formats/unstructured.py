@@ -16,6 +16,7 @@ class Unstructured(Format):
 
     family = "unstructured"
     unit = Unit.VECTOR
+    takes_layer_density = True
 
     def __post_init__(self) -> None:
         check_sparsity(self.unstructured_sparsity, "unstructured")
@@ -31,9 +32,10 @@ class Unstructured(Format):
     def applies_to(self, m, k):
         return np.full(np.broadcast(m, k).shape, True)
 
-    def index_bytes(self, m, k, index_width_bytes: float):
+    def index_bytes(self, m, k, index_width_bytes: float, density=None):
         # CSR: one column index per nonzero, M + 1 row pointers.
-        return index_width_bytes * (self.nnz(m, k) + np.asarray(m, dtype=np.float64) + 1.0)
+        return index_width_bytes * (self.nnz(m, k, density) + np.asarray(m, dtype=np.float64)
+                                    + 1.0)
 
     def runs_natively_on(self, hardware: Capabilities) -> bool:
         # Every accelerator has vector cores; CSR never needs special hardware.

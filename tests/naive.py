@@ -97,15 +97,19 @@ def naive_costs(trace, hw, fmt, batch, fallback="dense", dtype="fp16", vector_dt
             dense.fallback = "shape"
             costs.append(dense)
             continue
-        nnz = fmt.density * m * k
+        density = fmt.density
+        if isinstance(fmt, Block | Unstructured) and not math.isnan(op.density):
+            density = op.density  # a pruned checkpoint's per-layer density
+        nnz = density * m * k
         flops = 2.0 * nnz * n * g
+        bias = vb * (op.weight_elems - g * m * k)  # stays dense
         if _native(fmt, hw):
             unit = {"nm": "sparse_tensor", "block": "tensor", "unstructured": "vector"}[fmt.family]
-            wbytes = g * (vb * nnz + _index_bytes(fmt, m, k, nnz, index_width))
+            wbytes = g * (vb * nnz + _index_bytes(fmt, m, k, nnz, index_width)) + bias
             costs.append(cost(flops, wbytes, unit, ""))
             continue
         if fallback == "csr":
-            csr_bytes = g * (vb * nnz + index_width * (nnz + m + 1))
+            csr_bytes = g * (vb * nnz + index_width * (nnz + m + 1)) + bias
             costs.append(cost(flops, csr_bytes, "vector", "hw:csr"))
         else:
             costs.append(cost(2.0 * m * k * n * g, vb * op.weight_elems, "tensor", "hw:dense"))

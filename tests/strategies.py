@@ -15,7 +15,8 @@ PATTERNS = [(2, 4), (1, 4), (2, 8), (1, 2), (2, 16), (4, 8), (1, 8)]
 
 
 @st.composite
-def traces(draw, max_ops: int = 8) -> Trace:
+def traces(draw, max_ops: int = 8, densities: bool = True) -> Trace:
+    """Random valid traces; with ``densities``, some prunable ops carry a checkpoint density."""
     input_shape = [draw(st.sampled_from([1, 3, 16])), draw(st.sampled_from([8, 32, 64]))]
     input_elems = math.prod(input_shape)
     records = []
@@ -36,7 +37,10 @@ def traces(draw, max_ops: int = 8) -> Trace:
             g = draw(st.sampled_from([1, 1, 1, 2, 4, 32]))
             record.update(m=m, k=k, n=draw(st.integers(1, 4096)), groups=g)
             if kind != "matmul":
-                record.update(weight_elems=g * m * k, prunable=draw(st.booleans()))
+                bias = draw(st.sampled_from([0, m * g]))
+                record.update(weight_elems=g * m * k + bias, prunable=draw(st.booleans()))
+                if densities and record["prunable"] and draw(st.booleans()):
+                    record["density"] = draw(st.floats(0.0, 1.0))
         else:
             record["weight_elems"] = draw(st.sampled_from([0, 0, 256]))
         records.append(record)

@@ -109,3 +109,42 @@ def test_speedup_golden(chain, round_gpu):
     table = dse.evaluate(chain, round_gpu, "2:4", 64, fusion="unfused").set_index("format")
     assert table.loc["dense", "latency_s"] == pytest.approx(2 * 2_147_483_648 / 1e14, rel=REL)
     assert table.loc["2:4", "speedup"] == pytest.approx(2.0, rel=REL)
+
+
+def test_bias_stays_dense_golden(round_gpu):
+    # fc with a bias of 1024: weight_elems 1 049 600. Under 2:4 the weights cost 1 048 576 +
+    # 131 072 index bytes as before, the bias 2 * 1024 = 2048 bytes dense, features 65 536:
+    # 1 247 232 bytes. Dense: 2 * 1 049 600 + 65 536 = 2 164 736 bytes.
+    from tests.conftest import op
+    from workloads import Trace
+
+    trace = Trace.from_records("fc_bias", [16, 1024], [
+        op("fc", "linear", 1024, 1024, 16, 1, 1024 * 1024 + 1024, 16384, 16384, 0, True,
+           ["input"])])
+    table = dse.evaluate_layers(trace, round_gpu, "2:4", 1).set_index("format")
+    assert table.loc["2:4", "memory_s"] == pytest.approx(1_247_232 / 1e12, rel=REL)
+    assert table.loc["dense", "memory_s"] == pytest.approx(2_164_736 / 1e12, rel=REL)
+
+
+def test_per_layer_density_golden(round_gpu):
+    # fc pruned in a checkpoint to density 0.25: unstructured formats take the layer's density,
+    # whatever sparsity they name. CSR: nnz 262 144; FLOPs 2*262144*16 = 8 388 608 on the fp32
+    # vector cores (1e13); bytes 524 288 + 4*(262144 + 1025) + 65 536 = 1 642 500.
+    # 2:4 keeps its own density 0.5 (1 245 184 bytes, as above).
+    from tests.conftest import op
+    from workloads import Trace
+
+    record = op("fc", "linear", 1024, 1024, 16, 1, 1024 * 1024, 16384, 16384, 0, True,
+                ["input"])
+    trace = Trace.from_records("pruned", [16, 1024], [record | {"density": 0.25}])
+    layers = dse.evaluate_layers(trace, round_gpu, ["unstructured@90%", "2:4"], 1)
+    layers = layers.set_index("format")
+    assert layers.loc["unstructured@90%", "compute_s"] == pytest.approx(8_388_608 / 1e13, rel=REL)
+    assert layers.loc["unstructured@90%", "memory_s"] == pytest.approx(1_642_500 / 1e12, rel=REL)
+    assert layers.loc["2:4", "memory_s"] == pytest.approx(1_245_184 / 1e12, rel=REL)
+    totals = dse.evaluate(trace, round_gpu, ["unstructured@90%", "2:4"], 1,
+                          fusion="unfused").set_index("format")
+    assert totals.loc["unstructured@90%", "per_layer_density"]
+    assert not totals.loc["2:4", "per_layer_density"]
+    assert totals.loc["unstructured@90%", "weight_sparsity"] == pytest.approx(0.75, rel=REL)
+    assert totals.loc["2:4", "weight_sparsity"] == pytest.approx(0.5, rel=REL)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import dse
 from formats import Block, Unstructured
 from tests.strategies import accelerators, any_formats, nm_formats, sparse_formats, traces
-from workloads import COLUMNS, PER_SAMPLE, Trace
+from workloads import PER_SAMPLE, Trace
 
 TOL = 1e-12  # relative slack for floating-point summation order
 props = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -62,10 +62,11 @@ def test_fusion_order(trace, hw, fmts, batch_sizes, scope):
 
 
 @props
-@given(trace=traces(), hw=accelerators(), batch_sizes=batches, scope=scopes,
+@given(trace=traces(densities=False), hw=accelerators(), batch_sizes=batches, scope=scopes,
        block=st.sampled_from([1, 2, 4, 8, 16, 32, 64]))
 def test_zero_sparsity_never_beats_dense(trace, hw, batch_sizes, scope, block):
-    # Holds while the vector cores are no faster than the tensor cores (tests/strategies.py).
+    # Holds while the vector cores are no faster than the tensor cores (tests/strategies.py),
+    # and without checkpoint densities (which replace the format's 0%).
     latency = _latencies(trace, hw, [Block(block, 0.0), Unstructured(0.0)], batch_sizes, scope)
     table = latency.unstack("format")
     for column in table.columns:
@@ -101,9 +102,8 @@ def test_per_op_sums_at_least_whole_graph_max(trace, hw, fmt, batch_sizes):
 @given(trace=traces(), hw=accelerators(), fmt=sparse_formats, batch=st.integers(2, 256))
 def test_batch_is_a_multiply(trace, hw, fmt, batch):
     """A trace evaluated at batch B equals the trace with per-sample columns times B at 1."""
-    ops = trace.ops
     records = []
-    for record in ops[list(COLUMNS)].to_dict(orient="records"):
+    for record in trace.to_json()["ops"]:
         for column in PER_SAMPLE:
             record[column] = record[column] * batch
         records.append(record)

@@ -6,12 +6,14 @@
 True
 """
 
-from .registry import TRACES_DIR, load_trace, trace_names
+from .registry import ALIASES, TRACES_DIR, load_trace, resolve_name, trace_names
+from .summary import kind_summary, prunable_shares
 from .trace import (
     COLUMNS,
     GEMM_KINDS,
     KINDS,
     MODEL_INPUT,
+    OPTIONAL,
     PER_SAMPLE,
     SCHEMA,
     Trace,
@@ -20,16 +22,21 @@ from .trace import (
 )
 
 __all__ = [
+    "ALIASES",
     "COLUMNS",
     "GEMM_KINDS",
     "KINDS",
     "MODEL_INPUT",
+    "OPTIONAL",
     "PER_SAMPLE",
     "SCHEMA",
     "TRACES_DIR",
     "Trace",
     "TraceError",
+    "kind_summary",
     "load_trace",
+    "prunable_shares",
     "read_trace_file",
+    "resolve_name",
     "trace_names",
 ]

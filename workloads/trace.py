@@ -6,7 +6,9 @@ A trace file is JSON::
      "provenance": {"source": "...", ...}, "ops": [{<one record per op>}, ...]}
 
 Op columns (``COLUMNS``): ``name`` (stable module path, unique), ``kind`` (``KINDS``), GEMM dims
-``m``, ``k`` (per group) and ``n`` (per sample), ``groups``, ``weight_elems`` (not batch-scaled),
+``m``, ``k`` (per group) and ``n`` (per sample), ``groups``, ``weight_elems`` (parameter
+elements the op reads: weights and bias, not batch-scaled; a prunable op's first
+``groups * m * k`` are its prunable weights),
 ``input_elems`` and ``output_elems`` (activation elements read and written, per sample),
 ``vector_flops`` (per sample), ``prunable`` and ``producers`` (names of the ops whose outputs this
 op reads; ``"input"`` is the model input). A GEMM computes ``Y[M x N] = W[M x K] . X[K x N]``
@@ -27,6 +29,7 @@ import pandas as pd
 
 __all__ = [
     "COLUMNS",
+    "OPTIONAL",
     "GEMM_KINDS",
     "KINDS",
     "MODEL_INPUT",
@@ -58,6 +61,10 @@ COLUMNS: dict[str, type] = {
     "prunable": bool,
     "producers": list,
 }
+
+#: Optional columns. ``density``: the nonzero fraction of a prunable op's weights in a pruned
+#: checkpoint (``dse workloads export --sparsity-from``); absent (NaN) where unknown.
+OPTIONAL: dict[str, type] = {"density": float}
 
 #: Columns that scale with the batch size (stored per sample).
 PER_SAMPLE = ("n", "input_elems", "output_elems", "vector_flops")
@@ -137,16 +144,18 @@ class Trace:
             if missing:
                 raise TraceError(f"{label}: missing column {missing[0]!r}; "
                                  f"every op needs {', '.join(COLUMNS)}")
-            unknown = sorted(set(record) - set(COLUMNS))
+            unknown = sorted(set(record) - set(COLUMNS) - set(OPTIONAL))
             if unknown:
                 raise TraceError(f"{label}: unknown column {unknown[0]!r}")
             row = {c: _check_value(c, record[c], label) for c in COLUMNS}
             _check_op(row, label, seen, model_input_elems)
+            row["density"] = _check_density(record.get("density"), row, label)
             seen.add(row["name"])
             rows.append(row)
-        ops = pd.DataFrame(rows, columns=list(COLUMNS))
+        ops = pd.DataFrame(rows, columns=[*COLUMNS, *OPTIONAL])
         ops = ops.astype({c: "int64" for c, t in COLUMNS.items() if t is int}
-                         | {"vector_flops": "float64", "prunable": "bool"})
+                         | {"vector_flops": "float64", "prunable": "bool",
+                            "density": "float64"})
         consumed = {p for producers in ops["producers"] for p in producers}
         reads_input = ops["producers"].map(lambda ps: MODEL_INPUT in ps)
         # Fusion bookkeeping: only model inputs and outputs cross DRAM in the fused models.
@@ -173,6 +182,11 @@ class Trace:
         o = self.ops
         return int((o["m"] * o["k"] * o["n"] * o["groups"]).sum())
 
+    @property
+    def has_density(self) -> bool:
+        """Whether some op carries a per-layer density from a pruned checkpoint."""
+        return bool(self.ops["density"].notna().any())
+
     def at_batch(self, batch: int) -> pd.DataFrame:
         """The op table with every per-sample column multiplied by ``batch``."""
         if isinstance(batch, bool) or not isinstance(batch, int | np.integer) or batch < 1:
@@ -194,8 +208,22 @@ class Trace:
                     record[column] = float(record[column])
                 elif kind is list:
                     record[column] = list(record[column])
+        for record, density in zip(records, self.ops["density"], strict=True):
+            if not math.isnan(density):
+                record["density"] = float(density)
         return {"schema": SCHEMA, "model": self.model, "input_shape": list(self.input_shape),
                 "provenance": dict(self.provenance), "ops": records}
+
+
+def _check_density(value: Any, row: dict[str, Any], label: str) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not 0.0 <= value <= 1.0:
+        raise TraceError(f"{label}: density must be a number from 0 to 1, got {value!r}")
+    if not row["prunable"]:
+        raise TraceError(f"{label}: only prunable ops carry a density")
+    return float(value)
 
 
 def _check_op(row: dict[str, Any], label: str, seen: set[str], model_input_elems: int) -> None:
@@ -216,9 +244,9 @@ def _check_op(row: dict[str, Any], label: str, seen: set[str], model_input_elems
         if row["kind"] not in ("conv", "linear"):
             raise TraceError(f"{label}: only conv and linear weights are prunable")
         expected = row["groups"] * row["m"] * row["k"]
-        if row["weight_elems"] != expected:
-            raise TraceError(f"{label}: weight_elems {row['weight_elems']} != groups*m*k "
-                             f"= {expected} for a prunable op")
+        if row["weight_elems"] < expected:
+            raise TraceError(f"{label}: weight_elems {row['weight_elems']} is below groups*m*k "
+                             f"= {expected}, the weights of a prunable op")
     for producer in row["producers"]:
         if producer != MODEL_INPUT and producer not in seen:
             raise TraceError(f"{label}: producer {producer!r} is not an earlier op; ops must be "
