@@ -53,6 +53,10 @@ def files_under(folder: Path) -> set[str]:
     ["hw", "--help"],
     ["hw", "list", "--help"],
     ["hw", "show", "--help"],
+    ["workloads", "--help"],
+    ["workloads", "list", "--help"],
+    ["workloads", "show", "--help"],
+    ["workloads", "export", "--help"],
 ])
 def test_help_exits_0(argv, capsys):
     assert run_cli(argv) == 0
@@ -604,3 +608,31 @@ def test_bad_input_through_python_m_dse(name, tmp_path):
     assert result.returncode == 2, result
     _check_stderr(result.stderr, case.expect)
     assert files_under(tmp_path) == before
+
+
+# --- workloads ------------------------------------------------------------------------------
+
+
+def test_workloads_list_lists_shipped_traces_and_aliases(capsys):
+    assert run_cli(["workloads", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in ["resnet50", "efficientnet_b4", "convnext_tiny", "deit_small_patch16_224",
+                 "swin_tiny_patch4_window7_224", "mixer_s16_224", "vit_base_patch16_224",
+                 "convnext_base", "toy_hybrid", "swin_tiny"]:
+        assert name in out
+
+
+def test_workloads_show_by_alias(capsys):
+    assert run_cli(["workloads", "show", "swin_tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "model: swin_tiny_patch4_window7_224" in out
+    assert "prunable share:" in out and "FLOPs share" in out and "bytes share" in out
+    assert "timm: 1.0" in out and "command: dse workloads export" in out
+
+
+def test_evaluate_accepts_the_swin_alias_and_several_models(tmp_path):
+    out = tmp_path / "r.json"
+    assert run_cli(["evaluate", "--model", "convnext_tiny", "--model", "swin_tiny", "--hw",
+                    "a100", "--format", "2:4", "--out", str(out)]) == 0
+    models = {r["model"] for r in json.loads(out.read_text())}
+    assert models == {"convnext_tiny", "swin_tiny_patch4_window7_224"}
