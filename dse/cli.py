@@ -14,15 +14,19 @@ import accelerator_models
 import workloads
 from accelerator_models import FIELDS, SpecError
 from formats import GRAMMAR_HELP, FormatError
+from search import AccuracyTable, AccuracyTableError
 from workloads import TraceError, load_trace, trace_names
 
+from .accuracy.data import AccuracyError
+from .accuracy.pipeline import DEFAULT_LEVELS, DEFAULT_PATTERNS
 from .evaluator import FUSIONS, SCOPES, EvaluationError, evaluate, evaluate_layers
 from .numerics import Numerics, NumericsError
 from .output import OutputError, check_output_path, format_seconds, write_atomic, write_table
 
 __all__ = ["main"]
 
-USER_ERRORS = (SpecError, FormatError, TraceError, EvaluationError, NumericsError, OutputError)
+USER_ERRORS = (SpecError, FormatError, TraceError, EvaluationError, NumericsError, OutputError,
+               AccuracyError, AccuracyTableError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -116,10 +120,54 @@ def _build_parser() -> argparse.ArgumentParser:
                            help="batch to trace at; figures are stored per sample (default 2: "
                                 "at batch 1 PyTorch skips layout copies every larger batch "
                                 "makes)")
+    wl_export.add_argument("--num-classes", type=_positive_int, metavar="N",
+                           help="classifier width (default: the model's own), e.g. to match "
+                                "a checkpoint from `dse accuracy`")
     wl_export.add_argument("--sparsity-from", metavar="CHECKPOINT",
                            help="a state dict whose zeros define each prunable layer's "
                                 "density, recorded in the trace (loaded weights-only)")
     wl_export.set_defaults(run=_cmd_workloads_export)
+
+    acc = commands.add_parser(
+        "accuracy", help="measure accuracy of sparse patterns by pruning and fine-tuning",
+        description="Train a dense baseline of each model (or load --checkpoint), then for "
+                    "each pattern prune by global magnitude and fine-tune level by level with "
+                    "learning-rate rewinding, masks fixed; write an accuracy table (CSV) and "
+                    "its provenance (JSON beside it). Resumable: rerun the same command to "
+                    "continue. Needs: pip install 'sparsity-dse[accuracy]'.")
+    acc.add_argument("--model", dest="models", action="append", required=True, metavar="NAME",
+                     help="timm model name (swin_tiny is accepted); repeatable")
+    acc.add_argument("--img-size", type=_positive_int, default=32, metavar="N",
+                     help="input size in pixels (default 32)")
+    acc.add_argument("--dataset", default="digits", metavar="digits|PATH",
+                     help="'digits' (scikit-learn's, upsampled; no download) or an ImageFolder "
+                          "tree (default digits)")
+    acc.add_argument("--patterns", default=",".join(DEFAULT_PATTERNS), metavar="P,P,...",
+                     help="unstructured, blockB, N:M (default: %(default)s)")
+    acc.add_argument("--levels", default=",".join(f"{x:g}" for x in DEFAULT_LEVELS),
+                     metavar="S,S,...", help="sparsity levels of block and unstructured "
+                                             "patterns (default: %(default)s)")
+    acc.add_argument("--dense-epochs", type=_positive_int, default=30, metavar="E",
+                     help="epochs of the dense baseline (default 30)")
+    acc.add_argument("--finetune-epochs", type=_positive_int, default=3, metavar="E",
+                     help="fine-tuning epochs per level; the last E epochs of the dense "
+                          "schedule are replayed (default 3)")
+    acc.add_argument("--lr", type=float, default=1e-3, help="peak AdamW learning rate")
+    acc.add_argument("--batch-size", type=_positive_int, default=64, metavar="B")
+    acc.add_argument("--seed", type=int, default=0)
+    acc.add_argument("--checkpoint", metavar="PATH",
+                     help="dense weights to start from instead of training")
+    acc.add_argument("--train-limit", type=_positive_int, metavar="N",
+                     help="use only N training images (quick trials)")
+    acc.add_argument("--work-dir", type=Path, default=Path("dse-accuracy-work"),
+                     help="progress and weights, for resuming (default dse-accuracy-work)")
+    acc.add_argument("--out", type=Path, default=Path("accuracy.csv"),
+                     help="table to write (default accuracy.csv); provenance goes to "
+                          "OUT.json")
+    acc.add_argument("--save-checkpoints", type=Path, metavar="DIR",
+                     help="also write each pruned model's state dict there (readable by "
+                          "`dse workloads export --sparsity-from`)")
+    acc.set_defaults(run=_cmd_accuracy)
 
     hw = commands.add_parser("hw", help="the hardware catalog",
                              description="List and show accelerator specs.")
@@ -275,13 +323,15 @@ def _cmd_workloads_export(args: argparse.Namespace) -> int:
 
     out = args.out or Path(f"{args.model}.json")
     check_output_path(out, (".json",))
-    options = [("--img-size", args.img_size), ("--out", args.out),
+    options = [("--img-size", args.img_size), ("--num-classes", args.num_classes),
+               ("--out", args.out),
                ("--trace-batch", args.trace_batch if args.trace_batch != 2 else None),
                ("--sparsity-from", args.sparsity_from)]
     command = " ".join(["dse workloads export", args.model]
                        + [f"{flag} {value}" for flag, value in options if value is not None])
     trace = export_trace(args.model, img_size=args.img_size, batch=args.trace_batch,
-                         sparsity_from=args.sparsity_from, command=command)
+                         sparsity_from=args.sparsity_from, num_classes=args.num_classes,
+                         command=command)
     text = json.dumps(trace.to_json(), indent=None, separators=(",", ":"))
     write_atomic(out, lambda handle: handle.write(_one_op_per_line(text).encode()))
     print(f"wrote {trace.model}: {len(trace)} ops, {trace.params:,} parameters, "
@@ -296,6 +346,77 @@ def _one_op_per_line(compact: str) -> str:
     head = json.dumps(document, indent=1)[:-2]
     body = ",\n".join("  " + json.dumps(op) for op in ops)
     return f'{head},\n "ops": [\n{body}\n ]\n}}\n'
+
+
+def _floats(text: str, flag: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise AccuracyError(f"{flag} {text!r}: expected numbers separated by commas, "
+                            "e.g. 0.5,0.75") from None
+
+
+def _cmd_accuracy(args: argparse.Namespace) -> int:
+    import datetime
+    import time
+
+    from dse.accuracy import AccuracyConfig, environment, run_accuracy, table_frame
+
+    check_output_path(args.out, (".csv",))
+    config = AccuracyConfig(
+        models=tuple(args.models), img_size=args.img_size, dataset=args.dataset,
+        patterns=tuple(p.strip() for p in args.patterns.split(",") if p.strip()),
+        levels=_floats(args.levels, "--levels"), dense_epochs=args.dense_epochs,
+        finetune_epochs=args.finetune_epochs, lr=args.lr, weight_decay=0.05,
+        batch_size=args.batch_size, seed=args.seed, checkpoint=args.checkpoint,
+        train_limit=args.train_limit)
+    _check_timm_models(config.models)
+    command = "dse accuracy " + " ".join(
+        [f"--model {m}" for m in config.models]
+        + [f"--{k.replace('_', '-')} {v}" for k, v in (
+            ("img_size", args.img_size), ("dataset", args.dataset),
+            ("patterns", args.patterns), ("levels", args.levels),
+            ("dense_epochs", args.dense_epochs), ("finetune_epochs", args.finetune_epochs),
+            ("lr", args.lr), ("batch_size", args.batch_size), ("seed", args.seed),
+            ("checkpoint", args.checkpoint), ("train_limit", args.train_limit))
+           if v is not None])
+    start = time.perf_counter()
+    rows = run_accuracy(config, args.work_dir, log=lambda line: print(line, flush=True),
+                        checkpoints_dir=args.save_checkpoints)
+    table = AccuracyTable.from_frame(table_frame(rows, command), where=str(args.out))
+    table.to_csv(args.out)
+    state = json.loads((args.work_dir / "state.json").read_text())
+    provenance = {
+        "command": command, "seed": args.seed, "config": state["config"],
+        "environment": environment(),
+        "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "wall_s_this_invocation": round(time.perf_counter() - start, 1),
+        "wall_s": {model: {"dense": record["dense"]["wall_s"],
+                           **{chain: c["wall_s"] for chain, c in record["chains"].items()}}
+                   for model, record in state["models"].items()},
+    }
+    sidecar = args.out.with_suffix(".json")
+    write_atomic(sidecar, lambda h: h.write((json.dumps(provenance, indent=1) + "\n").encode()))
+    print(f"wrote {len(table)} rows to {args.out} and provenance to {sidecar}")
+    return 0
+
+
+def _check_timm_models(models) -> None:
+    import difflib
+
+    try:
+        import timm
+    except ImportError:
+        raise AccuracyError("dse accuracy needs torch, timm and scikit-learn: "
+                            "pip install 'sparsity-dse[accuracy]'") from None
+    from dse.accuracy.pipeline import MODEL_ALIASES
+
+    known = set(timm.list_models())
+    for model in models:
+        if MODEL_ALIASES.get(model, model) not in known:
+            close = difflib.get_close_matches(model, known, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise AccuracyError(f"unknown timm model {model!r}{hint}")
 
 
 def _cmd_hw_list(args: argparse.Namespace) -> int:

@@ -269,8 +269,10 @@ def _per_sample(records: list[dict[str, Any]], batch: int, model: str) -> None:
             record[column] = type(value)(value // batch)
 
 
-def _build(torch, timm, model_name: str, img_size: int | None):
+def _build(torch, timm, model_name: str, img_size: int | None, num_classes: int | None):
     kwargs = {"pretrained": False}
+    if num_classes is not None:
+        kwargs["num_classes"] = num_classes
     if img_size is not None:
         kwargs["img_size"] = img_size
     with torch.device("meta"):
@@ -291,12 +293,15 @@ TRACE_BATCH = 2
 
 
 def export_trace(model_name: str, img_size: int | None = None, batch: int = TRACE_BATCH,
-                 sparsity_from: str | None = None, command: str | None = None) -> Trace:
+                 sparsity_from: str | None = None, num_classes: int | None = None,
+                 command: str | None = None) -> Trace:
     """Trace ``model_name`` from timm at ``img_size`` (default: the model's own), per sample.
 
-    ``batch`` is the batch the model is traced at (see ``TRACE_BATCH``). ``sparsity_from`` is a
-    state dict (loaded weights-only) whose zeros define each prunable layer's density, which
-    the trace records so that a non-uniformly pruned model is evaluated as it is.
+    ``batch`` is the batch the model is traced at (see ``TRACE_BATCH``); ``num_classes``
+    replaces the classifier's width (a checkpoint fine-tuned on another dataset).
+    ``sparsity_from`` is a state dict (loaded weights-only) whose zeros define each prunable
+    layer's density, which the trace records so that a non-uniformly pruned model is evaluated
+    as it is.
     """
     torch, timm = _require_torch()
     if model_name not in timm.list_models():
@@ -313,7 +318,7 @@ def export_trace(model_name: str, img_size: int | None = None, batch: int = TRAC
     timm.layers.set_fused_attn(False)
     try:
         try:
-            model = _build(torch, timm, model_name, img_size)
+            model = _build(torch, timm, model_name, img_size, num_classes)
         except Exception as exc:  # timm raises many kinds for a size a model cannot take
             raise ExportError(f"{model_name}: cannot build it at image size {img_size} "
                               f"({_first_line(exc)})") from None
