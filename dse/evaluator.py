@@ -95,7 +95,8 @@ def _pick(totals: np.ndarray, fusion: str) -> np.ndarray:
 
 
 def _as_list(value, what: str) -> list:
-    items = [value] if isinstance(value, str | Format | Accelerator | int) else list(value)
+    single = (str, Format, Accelerator, int, np.integer)
+    items = [value] if isinstance(value, single) else list(value)
     if not items:
         raise EvaluationError(f"no {what} given; pass at least one")
     return items

@@ -82,7 +82,7 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
                                         dir=path.parent)
     except OSError as exc:  # passed the up-front checks, yet no file can be created there
-        raise OutputError(f"--out {path}: cannot write there ({exc.strerror or exc})") from None
+        raise OutputError(f"{path}: cannot write there ({exc.strerror or exc})") from None
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -94,7 +94,7 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise OutputError(f"--out {path}: cannot write ({exc.strerror or exc})") from None
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -29,7 +29,6 @@ import itertools
 import math
 import os
 import statistics
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any, Literal, NamedTuple, NoReturn
 
 import pandas as pd
 
+from dse.output import OutputError, write_atomic
 from formats import NM, Block, Format, FormatError, parse
 
 __all__ = [
@@ -332,26 +332,9 @@ class AccuracyTable:
         path = Path(path)
         text = self._frame.to_csv(index=False, columns=list(COLUMNS))
         try:
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
-                                            dir=path.parent)
-        except OSError as exc:
-            raise AccuracyTableError(f"{path}: cannot write there ({exc.strerror or exc})") \
-                from None
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-                handle.write(text)
-            # mkstemp makes the file 0600; give it the permissions a plain open() would.
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, path)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise AccuracyTableError(f"{path}: cannot write ({exc.strerror or exc})") from None
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+            write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
+        except OutputError as exc:
+            raise AccuracyTableError(str(exc)) from None
 
     def __len__(self) -> int:
         return len(self._frame)
