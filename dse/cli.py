@@ -14,7 +14,8 @@ import accelerator_models
 import workloads
 from accelerator_models import FIELDS, SpecError
 from formats import GRAMMAR_HELP, FormatError
-from search import AccuracyTable, AccuracyTableError
+from formats import parse as parse_format
+from search import DEFAULT_TABLE, AccuracyTable, AccuracyTableError, load_accuracy_table
 from workloads import TraceError, load_trace, trace_names
 
 from .accuracy.data import AccuracyError
@@ -168,6 +169,19 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="also write each pruned model's state dict there (readable by "
                           "`dse workloads export --sparsity-from`)")
     acc.set_defaults(run=_cmd_accuracy)
+
+    table = commands.add_parser(
+        "accuracy-table", help="check an accuracy table and look formats up in it",
+        description="Validate an accuracy table (CSV), summarize it per model, and look "
+                    "formats up: measured, interpolated within the pattern family, or out of "
+                    "range (never extrapolated). Default table: the shipped one.")
+    table.add_argument("path", nargs="?", type=Path, default=DEFAULT_TABLE,
+                       metavar="TABLE.csv", help="default: the shipped table")
+    table.add_argument("--model", metavar="NAME", help="only this model (alias swin_tiny ok)")
+    table.add_argument("--format", dest="formats", action="append", default=[], metavar="F",
+                       help="look this format up for the model(s); repeatable")
+    table.add_argument("--metric", default="top1")
+    table.set_defaults(run=_cmd_accuracy_table)
 
     hw = commands.add_parser("hw", help="the hardware catalog",
                              description="List and show accelerator specs.")
@@ -399,6 +413,40 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
     write_atomic(sidecar, lambda h: h.write((json.dumps(provenance, indent=1) + "\n").encode()))
     print(f"wrote {len(table)} rows to {args.out} and provenance to {sidecar}")
     return 0
+
+
+def _cmd_accuracy_table(args: argparse.Namespace) -> int:
+    from dse.accuracy.pipeline import MODEL_ALIASES
+
+    table = load_accuracy_table(args.path)
+    models = table.models()
+    if args.model is not None:
+        model = MODEL_ALIASES.get(args.model, args.model)
+        if model not in models:
+            raise AccuracyTableError(f"{args.path}: no rows for model {args.model!r}; it has "
+                                     f"{', '.join(models)}")
+        models = [model]
+    frame = table.frame
+    print(f"{args.path}: {len(table)} rows, {len(table.models())} models")
+    for model in models:
+        rows = frame[(frame["model"] == model) & (frame["metric"] == args.metric)]
+        datasets = ", ".join(sorted(rows["dataset"].unique()))
+        print(f"\n{model} ({args.metric}, {datasets})")
+        grid = rows.assign(column=rows["pattern"].map(_family_label)).pivot_table(
+            index="sparsity", columns="column", values="value", aggfunc="first")
+        grid.index = [f"{s:.2%}" for s in grid.index]
+        print(grid.to_string(float_format=lambda v: f"{v:.2f}", na_rep="-"))
+        if args.formats:
+            found = table.lookup_many(model, args.formats, metric=args.metric)
+            print(found.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    return 0
+
+
+def _family_label(pattern: str) -> str:
+    fmt = parse_format(pattern)
+    if fmt.family == "block":
+        return f"block{fmt.block}"
+    return {"nm": "N:M", "dense": "dense", "unstructured": "unstructured"}[fmt.family]
 
 
 def _check_timm_models(models) -> None:

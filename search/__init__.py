@@ -13,6 +13,7 @@
 
 from .accuracy import (
     COLUMNS,
+    DEFAULT_TABLE,
     AccuracyLookup,
     AccuracyTable,
     AccuracyTableError,
@@ -21,6 +22,7 @@ from .accuracy import (
 
 __all__ = [
     "COLUMNS",
+    "DEFAULT_TABLE",
     "AccuracyLookup",
     "AccuracyTable",
     "AccuracyTableError",

@@ -41,11 +41,15 @@ from formats import NM, Block, Format, FormatError, parse
 
 __all__ = [
     "COLUMNS",
+    "DEFAULT_TABLE",
     "AccuracyLookup",
     "AccuracyTable",
     "AccuracyTableError",
     "load_accuracy_table",
 ]
+
+#: The shipped table, measured by ``dse accuracy`` (provenance in the .json beside it).
+DEFAULT_TABLE = Path(__file__).resolve().parent / "tables" / "accuracy_default.csv"
 
 COLUMNS = ("model", "pattern", "family", "block", "n", "m", "sparsity", "metric", "value",
            "dataset", "source")

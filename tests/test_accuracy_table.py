@@ -385,3 +385,42 @@ def test_lookups_are_monotone_and_bounded(case):
             if r.status == "interpolated" or (monotone and r.status == "measured")]
     for (_, before), (_, after) in zip(kept, kept[1:], strict=False):
         assert after <= before + 1e-9
+
+
+# --- through the command line: one line, exit 2, no traceback --------------------------------
+
+CLI_GOOD = ("model,pattern,family,block,n,m,sparsity,metric,value,dataset,source\n"
+            "m1,dense,dense,,,,0,top1,90,d,t\n"
+            "m1,2:4,nm,,2,4,0.5,top1,85,d,t\n")
+
+
+@pytest.mark.parametrize("name, text, needle", [
+    ("missing column", CLI_GOOD.replace(",source", "").replace(",t\n", "\n"), "source"),
+    ("duplicate rows", CLI_GOOD + "m1,2:4,nm,,2,4,0.5,top1,84,d,t\n", "row 4"),
+    ("mixed scales", CLI_GOOD.replace(",85,", ",0.85,"), "mixed scales"),
+    ("unknown pattern", CLI_GOOD.replace("2:4,nm,,2,4", "4:2,nm,,4,2"), "4:2"),
+])
+def test_cli_rejects_bad_tables(tmp_path, capsys, name, text, needle):
+    from dse.cli import main
+
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    code = main(["accuracy-table", str(path)])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert needle in lines[0] and str(path) in lines[0]
+
+
+def test_cli_shows_a_table_and_looks_up(tmp_path, capsys):
+    from dse.cli import main
+
+    path = tmp_path / "t.csv"
+    path.write_text(CLI_GOOD)
+    assert main(["accuracy-table", str(path), "--format", "1:4", "--format", "3:4"]) == 0
+    out = capsys.readouterr().out
+    assert "m1 (top1, d)" in out
+    # 1:4 (75%) is beyond the measured N:M range (0-50%): not extrapolated.
+    assert "out_of_range" in out
+    # 3:4 (25%) lies halfway between dense (90 at 0%) and 2:4 (85 at 50%): 87.5.
+    assert "87.50" in out and "interpolated" in out
