@@ -439,7 +439,7 @@ def main():
         command_line=" ".join(shlex.quote(x) for x in [os.path.basename(sys.executable)] + sys.argv),
         argv=sys.argv,
         args={k: v for k, v in vars(args).items()},
-        date_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        date_utc=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         hostname=socket.gethostname(),
         platform=platform.platform(),
         python=sys.version.split()[0],
