@@ -6,7 +6,12 @@ weight ``[out, in]`` as it is, a convolution weight ``[C_out, C_in / groups, kh,
 format does not apply to (``Format.applies_to(M, K)``) stays dense, as in the evaluator.
 
 * unstructured: global magnitude, one threshold over all layers;
-* block b x b: blocks ranked globally by their L2 norm, whole blocks kept or dropped;
+* block b x b: blocks ranked globally by their L2 norm divided by the root-mean-square block
+  norm of their layer, whole blocks kept or dropped. Raw norms collapse layers: on a trained
+  ConvNeXt-Tiny, block8 at 50% pruned the stem convolution entirely and the downsampling
+  convolutions to 0.5-0.9% density, and the model fell to chance (10%) while unstructured
+  pruning kept 99% at 75%. The normalization removes a layer's scale from the ranking, so
+  sparsity still varies between layers with the blocks' relative importance;
 * N:M: in every run of M consecutive weights along K, the N largest magnitudes are kept.
 """
 
@@ -21,7 +26,10 @@ from .dense import Dense
 from .nm import NM
 from .unstructured import Unstructured
 
-__all__ = ["PrunableWeight", "global_masks", "mask_violations"]
+__all__ = ["BLOCK_SCORE", "PrunableWeight", "global_masks", "mask_violations"]
+
+#: How blocks are ranked; recorded in the provenance of every accuracy table.
+BLOCK_SCORE = "L2 norm / layer RMS block norm, ranked globally"
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,12 @@ def _block_norms(matrix, b: int):
     rows, cols = matrix.shape
     blocks = matrix.reshape(rows // b, b, cols // b, b).permute(0, 2, 1, 3)
     return blocks.pow(2).sum(dim=(2, 3)).sqrt()  # [rows / b, cols / b]
+
+
+def _layer_normalized(norms):
+    """Block norms over their layer's root-mean-square block norm (see the module docstring)."""
+    scale = norms.pow(2).mean().sqrt()
+    return norms / scale if float(scale) > 0 else norms
 
 
 def _expand_blocks(keep, b: int, shape):
@@ -99,7 +113,7 @@ def global_masks(weights: Mapping[str, PrunableWeight], fmt: Format) -> dict[str
     if isinstance(fmt, Block):
         b = fmt.block
         names = list(eligible)
-        norms = [_block_norms(eligible[n].matrix(), b) for n in names]
+        norms = [_layer_normalized(_block_norms(eligible[n].matrix(), b)) for n in names]
         for name, keep in zip(names, _threshold_keep(norms, fmt.sparsity), strict=True):
             w = eligible[name]
             masks[name] = _expand_blocks(keep, b, w.matrix().shape).reshape(w.weight.shape)

@@ -361,6 +361,9 @@ def environment() -> dict:
     import timm
     import torch
 
-    return {"python": platform.python_version(), "torch": torch.__version__,
+    from formats.masks import BLOCK_SCORE
+
+    return {"block_score": BLOCK_SCORE,
+            "python": platform.python_version(), "torch": torch.__version__,
             "timm": timm.__version__, "scikit-learn": sklearn.__version__,
             "torch_threads": torch.get_num_threads(), "machine": platform.machine()}
