@@ -207,3 +207,14 @@ def test_image_folder_with_train_and_val(tmp_path):
     _write_images(tmp_path / "set" / "val", per_class=2)
     data = load_dataset(str(tmp_path / "set"), img_size=8, seed=0)
     assert (len(data.train_y), len(data.val_y)) == (12, 4)
+
+
+def test_block_ranking_does_not_collapse_a_small_scale_layer():
+    # Two layers of equal importance but 100x different scale: raw block norms would prune the
+    # small one entirely at 50%; layer-normalized norms keep about half of each.
+    torch.manual_seed(0)
+    weights = {"big": PrunableWeight(torch.randn(64, 64)),
+               "small": PrunableWeight(0.01 * torch.randn(64, 64))}
+    masks = global_masks(weights, Block(8, 0.5))
+    for name, keep in masks.items():
+        assert 0.3 < float(keep.float().mean()) < 0.7, name
