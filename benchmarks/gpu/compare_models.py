@@ -22,9 +22,8 @@ experimentally).
 Writes ``results/models_predicted_vs_measured.csv`` (one row per model, batch and fusion) and prints
 a Markdown summary. ``sol_frac_*`` = predicted / measured (1 = at the speed of light).
 
-Run from the repository root: ``.venv/bin/python -m benchmarks.gpu.compare_models`` (or
-``python benchmarks/gpu/compare_models.py``, which re-runs itself with ``.venv/bin/python`` when dse
-is not importable). ``--measurements`` and ``--out`` change the files.
+Run from the repository root: ``.venv/bin/python -m benchmarks.gpu.compare_models`` (any Python
+with the project installed). ``--measurements`` and ``--out`` change the files.
 """
 
 from __future__ import annotations
@@ -35,22 +34,14 @@ import os
 import sys
 from pathlib import Path
 
+import pandas as pd
+
+import dse
+import workloads
+from workloads import Trace
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-
-try:
-    import pandas as pd
-
-    import dse
-    import workloads
-    from workloads import Trace
-except ImportError:  # e.g. a system python without the dependencies: use the project's venv
-    venv = ROOT / ".venv" / "bin" / "python"
-    in_venv = Path(sys.prefix).resolve() == (ROOT / ".venv").resolve()
-    if venv.exists() and not in_venv and not os.environ.get("DSE_COMPARE_REEXEC"):
-        os.environ["DSE_COMPARE_REEXEC"] = "1"
-        os.execv(str(venv), [str(venv), str(Path(__file__).resolve()), *sys.argv[1:]])
-    raise
 
 HARDWARE = "h100-sxm"
 FUSIONS = ("unfused", "fused", "fused_prefetched")

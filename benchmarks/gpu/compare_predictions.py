@@ -17,8 +17,7 @@ once per (M, K, N) with every format measured on that shape, writes
   shape group, and the measured vs predicted speedup over dense.
 
 Run from the repository root: ``.venv/bin/python -m benchmarks.gpu.compare_predictions``
-(or ``python benchmarks/gpu/compare_predictions.py``; without dse importable it re-runs itself
-with ``.venv/bin/python`` when that exists). ``--measurements`` and ``--out`` change the files.
+(any Python with the project installed). ``--measurements`` and ``--out`` change the files.
 """
 
 from __future__ import annotations
@@ -29,23 +28,15 @@ import os
 import sys
 from pathlib import Path
 
+import pandas as pd
+
+import accelerator_models
+import dse
+import formats
+from workloads import Trace
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-
-try:
-    import pandas as pd
-
-    import accelerator_models
-    import dse
-    import formats
-    from workloads import Trace
-except ImportError:  # e.g. a system python without the dependencies: use the project's venv
-    venv = ROOT / ".venv" / "bin" / "python"
-    in_venv = Path(sys.prefix).resolve() == (ROOT / ".venv").resolve()
-    if venv.exists() and not in_venv and not os.environ.get("DSE_COMPARE_REEXEC"):
-        os.environ["DSE_COMPARE_REEXEC"] = "1"
-        os.execv(str(venv), [str(venv), str(Path(__file__).resolve()), *sys.argv[1:]])
-    raise
 
 HARDWARE = "h100-sxm"
 DENSE_KERNELS = ("dense_mm", "dense_linear")
