@@ -16,10 +16,12 @@ from accelerator_models import FIELDS, SpecError
 from formats import GRAMMAR_HELP, FormatError
 from formats import parse as parse_format
 from search import DEFAULT_TABLE, AccuracyTable, AccuracyTableError, load_accuracy_table
+from search.errors import SearchError, SearchInterrupted
 from workloads import TraceError, load_trace, trace_names
 
 from .accuracy.data import AccuracyError
 from .accuracy.pipeline import DEFAULT_LEVELS, DEFAULT_PATTERNS
+from .cli_search import add_search_parser
 from .evaluator import FUSIONS, SCOPES, EvaluationError, evaluate, evaluate_layers
 from .numerics import Numerics, NumericsError
 from .output import OutputError, check_output_path, format_seconds, write_atomic, write_table
@@ -27,7 +29,7 @@ from .output import OutputError, check_output_path, format_seconds, write_atomic
 __all__ = ["main"]
 
 USER_ERRORS = (SpecError, FormatError, TraceError, EvaluationError, NumericsError, OutputError,
-               AccuracyError, AccuracyTableError)
+               AccuracyError, AccuracyTableError, SearchError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -196,6 +198,7 @@ def _build_parser() -> argparse.ArgumentParser:
     hw_show.add_argument("name", metavar="NAME|PATH")
     _add_hw_arguments(hw_show)
     hw_show.set_defaults(run=_cmd_hw_show)
+    add_search_parser(commands, _Parser, _positive_int)
     return parser
 
 
@@ -529,6 +532,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
+    except SearchInterrupted as exc:
+        print(f"dse: {exc}", file=sys.stderr)
+        return 130
     except USER_ERRORS as exc:
         print(f"dse: error: {exc}", file=sys.stderr)
         return 2

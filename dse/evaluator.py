@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -122,6 +123,30 @@ def _hardware_rates(acc: Accelerator, numerics: Numerics) -> list[float]:
     return row
 
 
+@lru_cache(maxsize=4096)
+def _native_row_cached(sparse_tensor, block_sparse, fmts: tuple[Format, ...]) -> tuple[bool, ...]:
+    probe = _Capabilities(sparse_tensor, block_sparse)
+    return tuple(f.runs_natively_on(probe) for f in fmts)
+
+
+def _native_row(acc: Accelerator, fmts: tuple[Format, ...]) -> tuple[bool, ...]:
+    # A search builds thousands of accelerators that differ only in rates; whether a format runs
+    # natively depends on the sparse-pattern and block support alone, so rows are shared.
+    return _native_row_cached(acc.sparse_tensor, acc.block_sparse, fmts)
+
+
+@dataclass(frozen=True)
+class _Capabilities:
+    sparse_tensor: object
+    block_sparse: object
+
+    def supports_nm(self, n: int, m: int) -> bool:
+        return Accelerator.supports_nm(self, n, m)  # type: ignore[arg-type]
+
+    def supports_block(self, block: int) -> bool:
+        return Accelerator.supports_block(self, block)  # type: ignore[arg-type]
+
+
 def _prepare(trace, hardware, formats, batches, numerics) -> _Problem:
     if not isinstance(numerics, Numerics):
         raise EvaluationError("numerics must be a dse.Numerics")
@@ -134,8 +159,7 @@ def _prepare(trace, hardware, formats, batches, numerics) -> _Problem:
         if isinstance(b, bool) or not isinstance(b, int | np.integer) or b < 1:
             raise EvaluationError(f"batch size {b!r} is not a positive integer")
     hw = np.array([_hardware_rates(a, numerics) for a in accelerators], dtype=np.float64)
-    native_ok = np.array([[f.runs_natively_on(a) for f in fmts] for a in accelerators],
-                         dtype=np.bool_)
+    native_ok = np.array([_native_row(a, fmts) for a in accelerators], dtype=np.bool_)
     return _Problem(trace, accelerators, price(trace, fmts, numerics), hw, native_ok,
                     np.array(batch_list, dtype=np.float64))
 

@@ -54,3 +54,12 @@ def chain():
 @pytest.fixture(scope="session")
 def convs():
     return conv_trace()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory):
+    """URL of a real PostgreSQL server on 127.0.0.1, shared by the whole test session."""
+    from tests.postgres_server import postgres_server
+
+    with postgres_server(tmp_path_factory.mktemp("postgres")) as url:
+        yield url

@@ -1,0 +1,196 @@
+"""`dse search` and `dse search worker`: the command line of the search package."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["add_search_parser"]
+
+_EPILOG = """\
+Targets: <r>x_over_<format> holds when a design's speedup over dense is at least r times the
+baseline format's on the same model, hardware and batch, and its accuracy is at most
+--max-acc-drop points below the baseline's. Spaces: see search/spaces/default.toml (the
+built-in one: N:M up to M=32, block and unstructured formats at the accuracy table's levels,
+on an A100 whose sparse tensor core runs every candidate N:M pattern; ConvNeXt-Tiny and
+Swin-Tiny, batch 1). Writes OUT/results.parquet (every design), OUT/ranked.csv (those that
+meet the target, ranked per model and batch) and OUT/summary.json.
+"""
+
+
+def add_search_parser(commands, parser_class, positive_int) -> None:
+    from search.target import DEFAULT_MAX_ACC_DROP, OBJECTIVES
+
+    sp = commands.add_parser(
+        "search", help="search formats and hardware for a target, e.g. 1.3x_over_2:4",
+        description="Search a space of formats and hardware against the accuracy table: "
+                    "exhaustively through the vectorized evaluator, or with Optuna (TPE; "
+                    "NSGA-II for Pareto fronts). The study lives in SQLite in the output "
+                    "folder, or in PostgreSQL (--storage) to share it between processes and "
+                    "machines; an interrupted search continues with --resume.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp.add_argument("--space", type=Path, metavar="FILE.toml",
+                    help="search space (default: the built-in one, Bob's question)")
+    sp.add_argument("--target", metavar="RxOVER",
+                    help="e.g. 1.3x_over_2:4: at least 1.3 times 2:4's speedup at no more than "
+                         "--max-acc-drop points below its accuracy")
+    sp.add_argument("--max-acc-drop", type=float, metavar="POINTS",
+                    help=f"accuracy (percentage points) a design may lose against the target's "
+                         f"baseline (default {DEFAULT_MAX_ACC_DROP:g})")
+    sp.add_argument("--objective", choices=OBJECTIVES,
+                    help="rank designs (that meet the target) by speedup (default), accuracy, "
+                         "or keep the Pareto front of speedup against accuracy")
+    sp.add_argument("--minimize", metavar="HW_FIELD",
+                    help="rank by the least value of a varied hardware field instead, e.g. "
+                         "dram_bandwidth_bytes_per_s: the cheapest hardware that meets the "
+                         "target")
+    sp.add_argument("--engine", choices=("auto", "exhaustive", "optuna"),
+                    help="auto (default): exhaustive for finite spaces of up to 5 million "
+                         "design points, Optuna otherwise")
+    sp.add_argument("--trials", type=positive_int, metavar="N",
+                    help="Optuna trial budget, exact across workers (default 200); on --resume "
+                         "a larger N extends the study")
+    sp.add_argument("--seed", type=int, help="Optuna sampler seed (default 0; worker i uses "
+                                             "seed + i)")
+    sp.add_argument("--storage", metavar="URL",
+                    help="study database: sqlite:///PATH or postgresql://USER:PASS@HOST/DB "
+                         "(default: sqlite in the output folder)")
+    sp.add_argument("--study", metavar="NAME",
+                    help="study name (default: the space's name and the UTC time)")
+    sp.add_argument("--out", type=Path, metavar="DIR",
+                    help="output folder (default dse-search/STUDY)")
+    sp.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                    help="local worker processes (default 1: this process); more join from "
+                         "other machines with `dse search worker`")
+    sp.add_argument("--resume", action="store_true",
+                    help="continue the interrupted study --study NAME with its stored "
+                         "settings; assumes none of its workers still runs")
+    sp.add_argument("--results", dest="results_format", choices=("parquet", "csv"),
+                    default="parquet", help="file type of the full results (default parquet)")
+    sp.add_argument("--top", type=positive_int, default=10, metavar="K",
+                    help="rows of each ranked table to print (default 10)")
+    sp.add_argument("--chunk-points", type=positive_int, metavar="N",
+                    help=argparse.SUPPRESS)  # work-unit size, for tests and benchmarks
+    sp.set_defaults(run=_cmd_search)
+
+    sub = sp.add_subparsers(dest="search_command", parser_class=parser_class,
+                            metavar="[worker]")
+    wk = sub.add_parser(
+        "worker", help="join a shared study and work until it is done",
+        description="Join a study from any machine that reaches its storage, and claim its "
+                    "chunks (exhaustive) or trials (Optuna) until the study is done. The "
+                    "storage URL may come from the DSE_SEARCH_STORAGE environment variable "
+                    "(keeps the password out of the process list).")
+    wk.add_argument("--storage", metavar="URL", default=os.environ.get("DSE_SEARCH_STORAGE"),
+                    help="the study's database URL (default $DSE_SEARCH_STORAGE)")
+    wk.add_argument("--study", required=True, metavar="NAME")
+    wk.add_argument("--worker-index", type=int, default=0, metavar="I",
+                    help="this worker's number; Optuna seeds with seed + I (default 0)")
+    wk.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    wk.set_defaults(run=_cmd_worker)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from search.storage import StorageError
+    from search.study import run_worker
+
+    if not args.storage:
+        raise StorageError("dse search worker: give --storage URL (or set DSE_SEARCH_STORAGE)")
+    run_worker(args.storage, args.study, args.worker_index, quiet=args.quiet)
+    return 0
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from search.study import SearchRequest, run_search
+
+    request = SearchRequest(
+        space=args.space, target=args.target, max_acc_drop=args.max_acc_drop,
+        objective=args.objective, minimize=args.minimize, engine=args.engine,
+        trials=args.trials, seed=args.seed, storage=args.storage, study=args.study,
+        out=args.out, workers=args.workers, resume=args.resume,
+        results_format=args.results_format, top=args.top, chunk_points=args.chunk_points)
+    outcome = run_search(request)
+    print(report(outcome, args.top))
+    return 0
+
+
+# --- the printed report -----------------------------------------------------------------------
+
+def _fmt(value: float, spec: str) -> str:
+    return "" if pd.isna(value) else format(value, spec)
+
+
+def report(outcome, top: int) -> str:
+    """Ranked tables per model and batch, and why the other candidates missed."""
+    problem = outcome.problem
+    table = outcome.results
+    target = problem.target
+    knobs = problem.knob_columns
+    space = problem.space
+    lines = [f"study {outcome.study} ({outcome.engine}; {outcome.storage})",
+             f"space: {space.where} ({space.fusion}, scope {space.scope}); objective: "
+             f"{problem.objective.text}"
+             + (f"; target {target.text}, accuracy drop <= {target.max_acc_drop:g} points"
+                if target is not None else "")]
+    for (model, batch), group in table.groupby(["model", "batch"], sort=False):
+        cands = group[group["role"] == "candidate"]
+        lines.append("")
+        lines.append(f"{model}, batch {batch}: {len(cands)} candidate designs")
+        if target is not None:
+            base = group[group["format"] == target.baseline.name]
+            if len(base):
+                b = base.iloc[0]
+                lines.append(f"  baseline {target.baseline.name}: speedup {b['speedup']:.3f}x "
+                             f"over dense, accuracy {_fmt(b['accuracy'], '.2f')} "
+                             f"({b['accuracy_status']})"
+                             + (" on hardware point 0" if len(base) > 1 else ""))
+        ranked = group[group["rank"].notna()].sort_values("rank").head(top)
+        if ranked.empty:
+            lines.append("  no design meets the target" if target is not None
+                         else "  no design ranked")
+        else:
+            shown = pd.DataFrame({
+                "rank": ranked["rank"].astype(int),
+                "format": ranked["format"].astype(str),
+                **{k[3:]: ranked[k] for k in knobs},
+                "speedup": ranked["speedup"].map(lambda v: f"{v:.3f}"),
+            })
+            if target is not None:
+                shown[f"x {target.baseline.name}"] = ranked["speedup_over_baseline"].map(
+                    lambda v: f"{v:.3f}")
+            shown["accuracy"] = ranked["accuracy"].map(lambda v: _fmt(v, ".2f"))
+            if target is not None:
+                shown["drop"] = ranked["accuracy_drop"].map(lambda v: _fmt(v, "+.2f"))
+            shown["acc. from"] = ranked["accuracy_status"].astype(str)
+            shown["bound mix"] = [f"{m}/{n} ops mem-bound" for m, n in
+                                  zip(ranked["memory_bound_ops"], ranked["ops"], strict=True)]
+            shown["hw fallback"] = ranked["hw_fallback"].astype(str)
+            more = int(group["rank"].notna().sum())
+            title = "meet the target" if target is not None else "ranked"
+            lines.append(f"  {more} {title}" + (f"; top {top}:" if more > top else ":"))
+            lines.extend("  " + line for line in shown.to_string(index=False).splitlines())
+        if target is not None:
+            lines.extend(_misses(cands))
+    lines.append("")
+    lines.append("wrote " + ", ".join(str(p) for p in outcome.files)
+                 + f" ({len(table):,} rows) in {outcome.seconds:.2f} s")
+    return "\n".join(lines)
+
+
+def _misses(cands: pd.DataFrame) -> list[str]:
+    missed = cands[~cands["meets_target"].astype(bool)]
+    if missed.empty:
+        return []
+    parts = []
+    for verdict in ("too slow", "too inaccurate", "too slow and too inaccurate"):
+        rows = missed[missed["verdict"] == verdict]
+        if rows.empty:
+            continue
+        names = list(dict.fromkeys(rows["format"].astype(str)))
+        shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8
+                                        else "")
+        parts.append(f"    {verdict} ({len(rows)}): {shown}")
+    return [f"  {len(missed)} miss it:"] + parts

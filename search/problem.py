@@ -1,0 +1,191 @@
+"""A search problem: the space, the target and objective resolved against real inputs.
+
+Every worker (local process or another machine) rebuilds the same problem from the study's
+stored settings, so the settings hold everything: the space's TOML text, the target, the
+objective and the engine's parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dse.evaluator import evaluate
+from formats import NM, Block, Unstructured
+from formats import parse as parse_format
+from workloads import Trace, TraceError, load_trace
+
+from .accuracy import DEFAULT_TABLE, AccuracyTable, AccuracyTableError, load_accuracy_table
+from .errors import SearchError, TargetError
+from .scoring import score
+from .space import HardwareBuilder, HardwarePoint, SearchSpace, expand_formats, parse_space
+from .target import Objective, Target, make_objective, parse_target
+
+__all__ = ["Problem", "SearchError", "Settings"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a worker needs to rebuild the problem; stored in the study as JSON."""
+
+    space_text: str
+    space_where: str
+    space_folder: str
+    target: str | None
+    max_acc_drop: float
+    objective: str | None
+    minimize: str | None
+    engine: str
+    trials: int
+    seed: int
+    chunk_points: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Settings:
+        return cls(**data)
+
+
+class Problem:
+    """The resolved problem: traces, candidate formats, accuracies and hardware builder."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.space: SearchSpace = parse_space(settings.space_text, settings.space_where,
+                                              Path(settings.space_folder))
+        try:
+            self.target: Target | None = (None if settings.target is None else
+                                          parse_target(settings.target, settings.max_acc_drop))
+            self.objective: Objective = make_objective(settings.objective, settings.minimize)
+        except TargetError as exc:
+            raise SearchError(str(exc)) from None
+        self.traces: list[Trace] = []
+        for model in self.space.models:
+            try:
+                self.traces.append(load_trace(model))
+            except TraceError as exc:
+                raise SearchError(f"search space {self.space.where}: models: {exc}") from None
+        self.table = self._table()
+        self.candidates = expand_formats(self.space, self._table_levels)
+        baseline = () if self.target is None else (self.target.baseline,)
+        self.evaluated = tuple(dict.fromkeys(self.candidates + tuple(b.name for b in baseline)))
+        # "candidates" in sparse_tensor.patterns: every N:M format evaluated, baseline included.
+        nm = [f for f in self.evaluated if isinstance(parse_format(f), NM)]
+        self.builder = HardwareBuilder(self.space, nm)
+        self.accuracy = {t.model: self._accuracies(t.model) for t in self.traces}
+        self._check_objective()
+
+    # --- inputs --------------------------------------------------------------------------------
+
+    def _table(self) -> AccuracyTable:
+        path = self.space.accuracy_table
+        try:
+            return load_accuracy_table(DEFAULT_TABLE if path == "default" else path)
+        except AccuracyTableError as exc:
+            raise SearchError(f"search space {self.space.where}: accuracy.table: {exc}") from None
+
+    def _rows(self) -> pd.DataFrame:
+        frame = self.table.frame
+        models = [t.model for t in self.traces]
+        rows = frame[frame["model"].isin(models) & (frame["metric"] == self.space.metric)]
+        if self.space.dataset is not None:
+            rows = rows[rows["dataset"] == self.space.dataset]
+        return rows
+
+    def _table_levels(self, family: str, block: int | None) -> list[Any]:
+        rows = self._rows()
+        if family == "block_sizes":
+            values = rows.loc[rows["family"] == "block", "block"].dropna().astype(int)
+        elif family == "nm":
+            values = rows.loc[rows["family"] == "nm", "sparsity"]
+        else:
+            rows = rows[rows["family"] == family]
+            if block is not None:
+                rows = rows[rows["block"] == block]
+            values = rows["sparsity"]
+        found = sorted(set(values.tolist()))
+        if not found:
+            label = f"block{block}" if block is not None else family
+            raise SearchError(f"search space {self.space.where}: formats: \"table\" found no "
+                              f"{label} rows for {', '.join(t.model for t in self.traces)} in "
+                              f"{self.table.where}; list the levels instead")
+        return found
+
+    def _needs_accuracy(self) -> bool:
+        return self.target is not None or self.objective.needs_accuracy
+
+    def _accuracies(self, model: str) -> dict[str, tuple[float, str]]:
+        found: dict[str, tuple[float, str]] = {}
+        for name in self.evaluated:
+            try:
+                hit = self.table.lookup(model, name, self.space.metric, self.space.dataset)
+            except AccuracyTableError as exc:
+                raise SearchError(f"search space {self.space.where}: accuracy: {exc}; set "
+                                  "accuracy.dataset") from None
+            if math.isnan(hit.value) and self._needs_accuracy():
+                role = ("the target's baseline" if self.target is not None
+                        and name == self.target.baseline.name else "candidate")
+                raise SearchError(f"{role} {name} has no accuracy for model {model} in "
+                                  f"{self.table.where} ({hit.note}); remove it from the space "
+                                  "or add a row to the table")
+            found[name] = (hit.value, hit.status)
+        return found
+
+    def _check_objective(self) -> None:
+        if self.objective.kind != "cost":
+            return
+        knob = next((k for k in self.space.knobs if k.path == self.objective.field), None)
+        if knob is None:
+            varied = ", ".join(k.path for k in self.space.knobs) or "none"
+            raise SearchError(f"--minimize {self.objective.field}: the space does not vary it "
+                              f"(varied: {varied}); add it to [hardware.vary]")
+        if knob.path in ("sparse_tensor.patterns", "block_sparse.supported"):
+            raise SearchError(f"--minimize {knob.path}: not a number; minimize a numeric field")
+
+    # --- evaluation ----------------------------------------------------------------------------
+
+    @cached_property
+    def knob_columns(self) -> list[str]:
+        return [k.column for k in self.space.knobs]
+
+    def evaluate_points(self, model: int, points: list[HardwarePoint], first: int,
+                        formats: tuple[str, ...] | None = None) -> pd.DataFrame:
+        """Scored rows of ``model`` on hardware ``points`` (numbered from ``first``) for every
+        evaluated format (or ``formats``) and batch; rows in hardware, format, batch order."""
+        trace = self.traces[model]
+        formats = self.evaluated if formats is None else formats
+        accelerators = [self.builder.build(p.base, p.values) for p in points]
+        frame = evaluate(trace, accelerators, list(formats), list(self.space.batches),
+                         fusion=self.space.fusion, scope=self.space.scope)
+        per_point = len(frame) // len(points)
+        hw_point = np.repeat(np.arange(first, first + len(points)), per_point)
+        frame.insert(2, "hw_point", hw_point)
+        frame["hardware"] = np.array([self.builder.names[p.base] for p in points],
+                                     dtype=object)[hw_point - first]
+        for j, column in enumerate(self.knob_columns):
+            values = [_cell(p.values[j]) for p in points]
+            frame[column] = np.array(values, dtype=object if isinstance(values[0], str)
+                                     else None)[hw_point - first]
+        return score(frame, set(self.candidates), self.accuracy[trace.model], self.target)
+
+    def design_label(self, fmt: str) -> str:
+        f = parse_format(fmt)
+        if isinstance(f, NM):
+            return "nm"
+        if isinstance(f, Block):
+            return f"block{f.block}"
+        return "unstructured" if isinstance(f, Unstructured) else "dense"
+
+
+def _cell(value: Any) -> Any:
+    """A knob value as a table cell: pattern lists become "2:4,1:4"."""
+    return ",".join(value) if isinstance(value, tuple) else value

@@ -1,0 +1,442 @@
+"""Running a search: create or resume a study, run its workers, rank and write the results.
+
+``run_search`` is what `dse search` calls; ``run_worker`` is `dse search worker`, which joins a
+study (any machine that reaches its storage) and works until the study is done.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import pandas as pd
+
+from dse.output import OutputError, write_atomic, write_table
+
+from . import exhaustive
+from . import optuna_engine as opt
+from .errors import SearchError, SearchInterrupted, StorageError
+from .problem import Problem, Settings
+from .scoring import rank
+from .space import DEFAULT_SPACE, load_space
+from .storage import Storage, open_storage, sqlite_url
+from .target import DEFAULT_MAX_ACC_DROP
+
+__all__ = ["ENGINES", "EXHAUSTIVE_MAX", "SearchOutcome", "SearchRequest", "run_search",
+           "run_worker"]
+
+ENGINES = ("auto", "exhaustive", "optuna")
+#: Largest finite space `--engine auto` enumerates (design points, dense and baseline included);
+#: about 2 GB of results in memory at this size.
+EXHAUSTIVE_MAX = 5_000_000
+DEFAULT_TRIALS = 200
+DEFAULT_OUT = Path("dse-search")
+STORAGE_ENV = "DSE_SEARCH_STORAGE"
+RESULTS_FORMATS = ("parquet", "csv")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$")
+
+
+@dataclass
+class SearchRequest:
+    """What the user asked for. ``None`` means "not given": a default for a new study, the
+    stored value when resuming."""
+
+    space: Path | None = None
+    target: str | None = None
+    max_acc_drop: float | None = None
+    objective: str | None = None
+    minimize: str | None = None
+    engine: str | None = None
+    trials: int | None = None
+    seed: int | None = None
+    storage: str | None = None
+    study: str | None = None
+    out: Path | None = None
+    workers: int = 1
+    resume: bool = False
+    results_format: str = "parquet"
+    top: int = 10
+    chunk_points: int | None = None
+
+
+@dataclass
+class SearchOutcome:
+    study: str
+    storage: str  # redacted
+    out: Path
+    engine: str
+    results: pd.DataFrame
+    files: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+    problem: Problem | None = None
+
+
+class Progress:
+    """A status line on stderr at most every ``every`` seconds, and one at the end."""
+
+    def __init__(self, label: str, total: int, unit: str, stream: TextIO | None = None,
+                 every: float = 1.0) -> None:
+        self.label, self.total, self.unit = label, total, unit
+        self.stream = stream if stream is not None else sys.stderr
+        self.every = every
+        self.start = self.last = time.perf_counter()
+        self.done = 0
+        self.designs = 0
+
+    def __call__(self, designs: int = 0, done: int | None = None) -> None:
+        self.done = self.done + 1 if done is None else done
+        self.designs += designs
+        now = time.perf_counter()
+        if now - self.last >= self.every:
+            self.last = now
+            self.show()
+
+    def show(self) -> None:
+        share = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
+        designs = f", {self.designs:,} design rows" if self.designs else ""
+        print(f"{self.label}: {self.done}/{self.total} {self.unit}{share}{designs}, "
+              f"{time.perf_counter() - self.start:.1f} s", file=self.stream, flush=True)
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+def _new_settings(request: SearchRequest) -> Settings:
+    space, text = load_space(request.space)
+    path = request.space
+    folder = str((Path(path).parent if path is not None else Path(".")).resolve())
+    if path is None:
+        folder = str(DEFAULT_SPACE.parent)
+    trials = DEFAULT_TRIALS if request.trials is None else request.trials
+    chunk = exhaustive.CHUNK_POINTS if request.chunk_points is None else request.chunk_points
+    return Settings(
+        space_text=text, space_where=space.where, space_folder=folder,
+        target=request.target,
+        max_acc_drop=DEFAULT_MAX_ACC_DROP if request.max_acc_drop is None
+        else request.max_acc_drop,
+        objective=request.objective, minimize=request.minimize,
+        engine=request.engine or "auto", trials=trials,
+        seed=0 if request.seed is None else request.seed, chunk_points=chunk)
+
+
+def _resolve_engine(settings: Settings, problem: Problem) -> Settings:
+    space = problem.space
+    size = exhaustive.size(problem)
+    engine = settings.engine
+    if engine == "auto":
+        engine = "exhaustive" if space.finite and size <= EXHAUSTIVE_MAX else "optuna"
+    elif engine == "exhaustive" and not space.finite:
+        knob = next(k for k in space.knobs if not k.finite)
+        raise SearchError(f"--engine exhaustive: knob {knob.path!r} is a continuous range; give "
+                          "it steps = N in the space, or use --engine optuna")
+    return replace(settings, engine=engine)
+
+
+def _check_resume_options(request: SearchRequest, stored: Settings, study: str) -> Settings:
+    """Resuming keeps the stored settings; a different one given now is an error (except a
+    larger Optuna budget, which extends the study)."""
+    given = {"target": request.target, "max_acc_drop": request.max_acc_drop,
+             "objective": request.objective, "minimize": request.minimize,
+             "seed": request.seed, "chunk_points": request.chunk_points}
+    for key, value in given.items():
+        if value is not None and value != getattr(stored, key):
+            raise SearchError(f"--{key.replace('_', '-')} {value}: study {study!r} was created "
+                              f"with {getattr(stored, key)!r}; --resume keeps a study's "
+                              "settings (start a new study to change them)")
+    if request.engine not in (None, "auto") and request.engine != stored.engine:
+        raise SearchError(f"--engine {request.engine}: study {study!r} runs the "
+                          f"{stored.engine} engine; --resume keeps it")
+    if request.space is not None:
+        _, text = load_space(request.space)
+        if text != stored.space_text:
+            raise SearchError(f"--space {request.space}: differs from the space study {study!r} "
+                              "was created with; --resume keeps it (start a new study)")
+    if request.trials is not None and request.trials != stored.trials:
+        if stored.engine != "optuna" or request.trials < stored.trials:
+            raise SearchError(f"--trials {request.trials}: study {study!r} has a budget of "
+                              f"{stored.trials}; on --resume it can only grow, and only for "
+                              "the optuna engine")
+        stored = replace(stored, trials=request.trials)
+    return stored
+
+
+# --- running ----------------------------------------------------------------------------------
+
+def _study_name(request: SearchRequest, settings: Settings) -> str:
+    if request.study is not None:
+        name = request.study
+    else:
+        space_name = load_space(request.space)[0].name
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+        name = f"{re.sub(r'[^A-Za-z0-9._-]+', '-', space_name)}-{stamp}"
+    if not _NAME.match(name):
+        raise SearchError(f"--study {name!r}: use letters, digits and . _ : + - (at most 200, "
+                          "starting with a letter or digit)")
+    return name
+
+
+def _out_dir(request: SearchRequest, study: str) -> Path:
+    return request.out if request.out is not None else DEFAULT_OUT / study
+
+
+def _prepare_out(out: Path) -> bool:
+    """Create the output folder (True when this run created it); fail early if unusable."""
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out {out}: is a file, not a folder")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"--out {out}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise OutputError(f"--out {out}: folder is not writable")
+    return created
+
+
+def _work(problem: Problem, storage: Storage, study: str, seed_offset: int,
+          progress: Callable[..., None] | None) -> int:
+    settings = problem.settings
+    if settings.engine == "exhaustive":
+        return exhaustive.run_chunks(problem, storage, study, progress)
+    return opt.run_trials(problem, storage, study, settings.trials,
+                          settings.seed + seed_offset, progress)
+
+
+def _state(problem: Problem, storage: Storage, study: str) -> tuple[int, int, str]:
+    """(done, total, unit) of the study's work."""
+    if problem.settings.engine == "exhaustive":
+        states = storage.chunk_states(study)
+        return states.get("done", 0), sum(states.values()), "chunks"
+    counts = opt.counts(storage, study)
+    return counts.get("complete", 0), problem.settings.trials, "trials"
+
+
+def _spawn_workers(storage: Storage, study: str, n: int, out: Path,
+                   progress: Progress, problem: Problem) -> None:
+    env = dict(os.environ, **{STORAGE_ENV: storage.url})
+    logs = [out / f"worker-{i}.log" for i in range(n)]
+    procs = []
+    for i in range(n):
+        with open(logs[i], "wb") as log:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "dse", "search", "worker", "--study", study,
+                 "--worker-index", str(i), "--quiet"],
+                env=env, stdout=log, stderr=subprocess.STDOUT))
+    try:
+        while any(p.poll() is None for p in procs):
+            time.sleep(0.3)
+            progress(done=_state(problem, storage, study)[0])
+    except BaseException:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait()
+        raise
+    failed = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode != 0]
+    if failed:
+        i, code = failed[0]
+        tail = logs[i].read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+        raise SearchError(f"worker {i} exited with code {code} ({tail[0]}); completed work is "
+                          f"in the study: continue with --resume --study {study}")
+    for log in logs:
+        log.unlink(missing_ok=True)
+
+
+def run_search(request: SearchRequest, stream: TextIO | None = None) -> SearchOutcome:
+    stream = stream if stream is not None else sys.stderr
+    started = time.perf_counter()
+    if request.workers < 1:
+        raise SearchError("--workers must be at least 1")
+    if request.results_format not in RESULTS_FORMATS:
+        raise SearchError(f"--results {request.results_format}: use parquet or csv")
+    if request.resume:
+        if request.study is None:
+            raise SearchError("--resume needs --study NAME (printed when the search started)")
+        study = _study_name(request, None)  # type: ignore[arg-type]
+        out = _out_dir(request, study)
+        url = request.storage or sqlite_url(out / "study.db")
+        if request.storage is None and not (out / "study.db").exists():
+            raise StorageError(f"--resume: no study database at {out / 'study.db'}; give "
+                               "--out or --storage where the study lives")
+        storage = open_storage(url)
+        stored = Settings.from_json(storage.settings(study))
+        settings = _check_resume_options(request, stored, study)
+        problem = Problem(settings)
+        _prepare_out(out)
+        if settings.engine == "exhaustive":
+            recovered = storage.release_running(study)
+        else:
+            recovered = opt.recover(problem, storage, study)
+        unit = "chunks" if settings.engine == "exhaustive" else "trials"
+        note = f" ({recovered} interrupted {unit} to redo)" if recovered else ""
+        print(f"resuming study {study} in {storage.shown}{note}", file=stream)
+    else:
+        settings = _new_settings(request)
+        problem = Problem(settings)  # validates every input before anything is written
+        settings = _resolve_engine(settings, problem)
+        problem.settings = settings
+        study = _study_name(request, settings)
+        out = _out_dir(request, study)
+        created = _prepare_out(out)
+        try:
+            storage = open_storage(request.storage or sqlite_url(out / "study.db"))
+        except StorageError:
+            if created:
+                _remove_empty(out)
+            raise
+        storage.create_study(study, settings.to_json())
+        if settings.engine == "exhaustive":
+            storage.add_chunks(study, exhaustive.chunk_count(problem))
+        else:
+            opt.create(problem, storage, study)
+        print(f"study {study} in {storage.shown}: {settings.engine} engine, "
+              f"{_describe_size(problem)}", file=stream)
+    done, total, unit = _state(problem, storage, study)
+    progress = Progress(f"search {study}", total, unit, stream)
+    progress.done = done
+    try:
+        if request.workers == 1:
+            _work(problem, storage, study, 0, progress)
+        else:
+            _spawn_workers(storage, study, request.workers, out, progress, problem)
+    except KeyboardInterrupt:
+        again = f"dse search --resume --study {study}" + (
+            f" --out {out}" if request.out is not None else "") + (
+            " --storage URL" if request.storage is not None else "")
+        raise SearchInterrupted(f"search interrupted; completed work is kept in the study: "
+                                f"continue with `{again}`") from None
+    progress.done = _state(problem, storage, study)[0]
+    progress.show()
+    outcome = collect(problem, storage, study, out, request)
+    outcome.seconds = time.perf_counter() - started
+    _write_summary(outcome, request)
+    return outcome
+
+
+def _remove_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def _describe_size(problem: Problem) -> str:
+    s = problem.settings
+    if s.engine == "exhaustive":
+        return (f"{exhaustive.size(problem):,} design points in "
+                f"{exhaustive.chunk_count(problem)} chunks")
+    return f"a budget of {s.trials} trials (seed {s.seed})"
+
+
+def run_worker(storage_url: str, study: str, index: int, quiet: bool = False,
+               stream: TextIO | None = None) -> int:
+    """Join ``study`` and work until it is done; returns how many chunks or trials ran here."""
+    stream = stream if stream is not None else sys.stderr
+    storage = open_storage(storage_url)
+    settings = Settings.from_json(storage.settings(study))
+    problem = Problem(settings)
+    done, total, unit = _state(problem, storage, study)
+    progress = None
+    if not quiet:
+        progress = Progress(f"worker {index} on {study}", total, unit, stream)
+        progress.done = done
+    ran = _work(problem, storage, study, index, progress)
+    if not quiet:
+        print(f"worker {index}: {ran} {unit} done here; the study is complete. Results: "
+              f"dse search --resume --study {study} --storage URL", file=stream)
+    return ran
+
+
+# --- results ----------------------------------------------------------------------------------
+
+_FIRST = ["model", "batch", "rank", "verdict", "role", "format", "family", "sparsity",
+          "hardware", "hw_point"]
+_SECOND = ["speedup", "speedup_over_baseline", "baseline", "baseline_speedup", "accuracy",
+           "accuracy_status", "baseline_accuracy", "accuracy_drop", "meets_speed",
+           "meets_accuracy", "meets_target", "pareto", "trial", "trials", "latency_s",
+           "dense_latency_s", "bound", "memory_bound_ops", "ops"]
+
+
+def _order_columns(frame: pd.DataFrame, knobs: list[str]) -> pd.DataFrame:
+    first = [c for c in _FIRST + knobs + _SECOND if c in frame.columns]
+    return frame[first + [c for c in frame.columns if c not in first]]
+
+
+def collect(problem: Problem, storage: Storage, study: str, out: Path,
+            request: SearchRequest) -> SearchOutcome:
+    """Rank the study's results and write them (atomically) into ``out``."""
+    settings = problem.settings
+    if settings.engine == "exhaustive":
+        frame = exhaustive.read_chunks(storage, study)
+        counts = storage.chunk_states(study)
+    else:
+        frame = opt.designs_frame(problem, storage, study)
+        counts = opt.counts(storage, study)
+    if frame.empty:
+        raise SearchError(f"study {study} has no completed work yet; run a worker or --resume")
+    ranked = rank(frame, problem.objective)
+    ranked = _order_columns(ranked, problem.knob_columns)
+    order = np.lexsort((ranked["rank"].fillna(1 << 30).to_numpy(dtype=np.int64),
+                        ranked["batch"].to_numpy(),
+                        pd.Categorical(ranked["model"],
+                                       categories=[t.model for t in problem.traces]).codes))
+    ranked = ranked.iloc[order].reset_index(drop=True)
+    suffix = ".parquet" if request.results_format == "parquet" else ".csv"
+    results_path = out / f"results{suffix}"
+    best_path = out / "ranked.csv"
+    write_table(ranked, results_path)
+    best = ranked[ranked["rank"].notna()]
+    write_table(best, best_path)
+    return SearchOutcome(study, storage.shown, out, settings.engine, ranked,
+                         [results_path, best_path], counts=counts, problem=problem)
+
+
+def _write_summary(outcome: SearchOutcome, request: SearchRequest) -> None:
+    import json
+
+    problem = outcome.problem
+    assert problem is not None
+    s = problem.settings
+    table = outcome.results
+    best = table[table["rank"] == 1]
+    summary = {
+        "study": outcome.study,
+        "storage": outcome.storage,
+        "engine": outcome.engine,
+        "space": s.space_where,
+        "target": s.target,
+        "max_acc_drop": s.max_acc_drop if s.target else None,
+        "objective": problem.objective.text,
+        "trials": s.trials if s.engine == "optuna" else None,
+        "seed": s.seed,
+        "work": outcome.counts,
+        "seconds": round(outcome.seconds, 3),
+        "best": [{k: _plain(v) for k, v in row.items()} for row in best[
+            [c for c in ("model", "batch", "format", "hardware", *problem.knob_columns,
+                         "speedup", "speedup_over_baseline", "accuracy", "accuracy_drop")
+             if c in best.columns]].to_dict(orient="records")],
+        "files": [p.name for p in outcome.files],
+    }
+    path = outcome.out / "summary.json"
+    text = json.dumps(summary, indent=1, allow_nan=False, default=str) + "\n"
+    write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
+    outcome.files.append(path)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
