@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 __all__ = ["add_search_parser"]
@@ -16,8 +17,8 @@ baseline format's on the same model, hardware and batch, and its accuracy is at 
 --max-acc-drop points below the baseline's. Spaces: see search/spaces/default.toml (the
 built-in one: N:M up to M=32, block and unstructured formats at the accuracy table's levels,
 on an A100 whose sparse tensor core runs every candidate N:M pattern; ConvNeXt-Tiny and
-Swin-Tiny, batch 1). Writes OUT/results.parquet (every design), OUT/ranked.csv (those that
-meet the target, ranked per model and batch) and OUT/summary.json.
+Swin-Tiny, batch 1). Writes OUT/results.parquet (every design), OUT/ranked.parquet (those that
+meet the target, ranked per model and batch; .csv with --results csv) and OUT/summary.json.
 """
 
 
@@ -69,7 +70,8 @@ def add_search_parser(commands, parser_class, positive_int) -> None:
                     help="continue the interrupted study --study NAME with its stored "
                          "settings; assumes none of its workers still runs")
     sp.add_argument("--results", dest="results_format", choices=("parquet", "csv"),
-                    default="parquet", help="file type of the full results (default parquet)")
+                    default="parquet",
+                    help="file type of results and ranked tables (default parquet)")
     sp.add_argument("--top", type=positive_int, default=10, metavar="K",
                     help="rows of each ranked table to print (default 10)")
     sp.add_argument("--chunk-points", type=positive_int, metavar="N",
@@ -126,71 +128,95 @@ def _fmt(value: float, spec: str) -> str:
 def report(outcome, top: int) -> str:
     """Ranked tables per model and batch, and why the other candidates missed."""
     problem = outcome.problem
-    table = outcome.results
+    results, ranked = outcome.results, outcome.ranked
     target = problem.target
-    knobs = problem.knob_columns
     space = problem.space
     lines = [f"study {outcome.study} ({outcome.engine}; {outcome.storage})",
              f"space: {space.where} ({space.fusion}, scope {space.scope}); objective: "
              f"{problem.objective.text}"
              + (f"; target {target.text}, accuracy drop <= {target.max_acc_drop:g} points"
                 if target is not None else "")]
-    for (model, batch), group in table.groupby(["model", "batch"], sort=False):
-        cands = group[group["role"] == "candidate"]
-        lines.append("")
-        lines.append(f"{model}, batch {batch}: {len(cands)} candidate designs")
-        if target is not None:
-            base = group[group["format"] == target.baseline.name]
-            if len(base):
-                b = base.iloc[0]
-                lines.append(f"  baseline {target.baseline.name}: speedup {b['speedup']:.3f}x "
-                             f"over dense, accuracy {_fmt(b['accuracy'], '.2f')} "
-                             f"({b['accuracy_status']})"
-                             + (" on hardware point 0" if len(base) > 1 else ""))
-        ranked = group[group["rank"].notna()].sort_values("rank").head(top)
-        if ranked.empty:
-            lines.append("  no design meets the target" if target is not None
-                         else "  no design ranked")
-        else:
-            shown = pd.DataFrame({
-                "rank": ranked["rank"].astype(int),
-                "format": ranked["format"].astype(str),
-                **{k[3:]: ranked[k] for k in knobs},
-                "speedup": ranked["speedup"].map(lambda v: f"{v:.3f}"),
-            })
+    # Masks over the full results (possibly millions of rows): numpy on categorical codes.
+    models = [t.model for t in problem.traces]
+    model_code = pd.Categorical(results["model"], categories=models).codes
+    batch = results["batch"].to_numpy()
+    candidate = (results["role"] == "candidate").to_numpy()
+    formats = pd.Categorical(results["format"])
+    verdicts = pd.Categorical(results["verdict"])
+    for m, model in enumerate(models):
+        for b in space.batches:
+            here = (model_code == m) & (batch == b)
+            if not here.any():
+                continue
+            lines.append("")
+            lines.append(f"{model}, batch {b}: {int((here & candidate).sum()):,} candidate "
+                         "designs")
             if target is not None:
-                shown[f"x {target.baseline.name}"] = ranked["speedup_over_baseline"].map(
-                    lambda v: f"{v:.3f}")
-            shown["accuracy"] = ranked["accuracy"].map(lambda v: _fmt(v, ".2f"))
+                lines.extend(_baseline_line(results, here, formats, target))
+            group = ranked[(ranked["model"] == model) & (ranked["batch"] == b)]
+            lines.extend(_ranked_lines(group, problem, top))
             if target is not None:
-                shown["drop"] = ranked["accuracy_drop"].map(lambda v: _fmt(v, "+.2f"))
-            shown["acc. from"] = ranked["accuracy_status"].astype(str)
-            shown["bound mix"] = [f"{m}/{n} ops mem-bound" for m, n in
-                                  zip(ranked["memory_bound_ops"], ranked["ops"], strict=True)]
-            shown["hw fallback"] = ranked["hw_fallback"].astype(str)
-            more = int(group["rank"].notna().sum())
-            title = "meet the target" if target is not None else "ranked"
-            lines.append(f"  {more} {title}" + (f"; top {top}:" if more > top else ":"))
-            lines.extend("  " + line for line in shown.to_string(index=False).splitlines())
-        if target is not None:
-            lines.extend(_misses(cands))
+                lines.extend(_misses(here & candidate & ~results["meets_target"].to_numpy(
+                    dtype=bool), formats, verdicts))
     lines.append("")
     lines.append("wrote " + ", ".join(str(p) for p in outcome.files)
-                 + f" ({len(table):,} rows) in {outcome.seconds:.2f} s")
+                 + f" ({len(results):,} rows) in {outcome.seconds:.2f} s")
     return "\n".join(lines)
 
 
-def _misses(cands: pd.DataFrame) -> list[str]:
-    missed = cands[~cands["meets_target"].astype(bool)]
-    if missed.empty:
+def _baseline_line(results, here, formats, target) -> list[str]:
+    rows = np.flatnonzero(here & (formats == target.baseline.name))
+    if len(rows) == 0:
+        return []
+    b = results.iloc[rows[0]]
+    return [f"  baseline {target.baseline.name}: speedup {b['speedup']:.3f}x over dense, "
+            f"accuracy {_fmt(b['accuracy'], '.2f')} ({b['accuracy_status']})"
+            + (f" at hardware point {b['hw_point']} (it varies with the hardware)"
+               if len(rows) > 1
+               else "")]
+
+
+def _ranked_lines(group: pd.DataFrame, problem, top: int) -> list[str]:
+    target = problem.target
+    if group.empty:
+        return ["  no design meets the target" if target is not None else "  no design ranked"]
+    shown_rows = group.head(top)
+    shown = pd.DataFrame({
+        "rank": shown_rows["rank"].astype(int),
+        "format": shown_rows["format"].astype(str),
+        **{k[3:]: shown_rows[k] for k in problem.knob_columns},
+        "speedup": shown_rows["speedup"].map(lambda v: f"{v:.3f}"),
+    })
+    if target is not None:
+        shown[f"x {target.baseline.name}"] = shown_rows["speedup_over_baseline"].map(
+            lambda v: f"{v:.3f}")
+    shown["accuracy"] = shown_rows["accuracy"].map(lambda v: _fmt(v, ".2f"))
+    if target is not None:
+        shown["drop"] = shown_rows["accuracy_drop"].map(lambda v: _fmt(v, "+.2f"))
+    shown["acc. from"] = shown_rows["accuracy_status"].astype(str)
+    shown["bound mix"] = [f"{m}/{n} ops mem-bound" for m, n in
+                          zip(shown_rows["memory_bound_ops"], shown_rows["ops"], strict=True)]
+    if (shown_rows["hw_fallback"].astype(str) != "").any():
+        shown["hw fallback"] = shown_rows["hw_fallback"].astype(str)
+    title = "meet the target" if target is not None else "ranked"
+    head = f"  {len(group):,} {title}" + (f"; top {top}:" if len(group) > top else ":")
+    return [head] + ["  " + line for line in shown.to_string(index=False).splitlines()]
+
+
+def _misses(missed: np.ndarray, formats: pd.Categorical, verdicts: pd.Categorical) -> list[str]:
+    if not missed.any():
         return []
     parts = []
+    fmt_codes, verdict_codes = formats.codes, verdicts.codes
     for verdict in ("too slow", "too inaccurate", "too slow and too inaccurate"):
-        rows = missed[missed["verdict"] == verdict]
-        if rows.empty:
+        if verdict not in verdicts.categories:
             continue
-        names = list(dict.fromkeys(rows["format"].astype(str)))
+        rows = missed & (verdict_codes == verdicts.categories.get_loc(verdict))
+        if not rows.any():
+            continue
+        codes = pd.unique(fmt_codes[rows])
+        names = [str(formats.categories[c]) for c in codes]
         shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8
                                         else "")
-        parts.append(f"    {verdict} ({len(rows)}): {shown}")
-    return [f"  {len(missed)} miss it:"] + parts
+        parts.append(f"    {verdict} ({int(rows.sum()):,}): {shown}")
+    return [f"  {int(missed.sum()):,} miss it:"] + parts

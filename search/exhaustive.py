@@ -71,7 +71,9 @@ def to_bytes(frame: pd.DataFrame) -> bytes:
             frame[column] = frame[column].astype("category")
     table = pa.Table.from_pandas(frame, preserve_index=False)
     sink = io.BytesIO()
-    with ipc.new_stream(sink, table.schema) as writer:
+    # LZ4 inside Arrow IPC: several times smaller than raw, at memory speed.
+    options = ipc.IpcWriteOptions(compression="lz4")
+    with ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write_table(table)
     return sink.getvalue()
 

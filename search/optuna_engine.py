@@ -35,7 +35,9 @@ from .storage import Storage
 __all__ = ["designs_frame", "distributions", "recover", "run_trials", "optuna_storage"]
 
 COUNTED = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)
-_CONSTRAINTS = "constraints"
+#: Optuna constraints (feasible when <= 0): the worst model-and-batch's shortfall against the
+#: target's speed ratio, and its accuracy drop beyond the allowed one.
+_CONSTRAINTS = ("speed", "accuracy")
 _INTERRUPTED = "interrupted"
 
 optuna.logging.set_verbosity(logging.WARNING)
@@ -89,10 +91,10 @@ def directions(problem: Problem) -> list[str]:
 
 
 def _sampler(problem: Problem, seed: int) -> optuna.samplers.BaseSampler:
-    constraints = (lambda t: t.user_attrs[_CONSTRAINTS]) if problem.target is not None else None
+    # Constraints reach the samplers through Trial.set_constraint (Optuna 5).
     if problem.objective.kind == "pareto":
-        return optuna.samplers.NSGAIISampler(seed=seed, constraints_func=constraints)
-    return optuna.samplers.TPESampler(seed=seed, constraints_func=constraints)
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
 
 
 def create(problem: Problem, storage: Storage, study: str) -> None:
@@ -152,8 +154,8 @@ def run_trials(problem: Problem, storage: Storage, study: str, budget: int, seed
         fmt, point = design_of(problem, trial.params)
         rows = evaluate_design(problem, fmt, point)
         values, constraints = objective_values(problem, rows)
-        if constraints:
-            trial.set_user_attr(_CONSTRAINTS, constraints)
+        for name, value in zip(_CONSTRAINTS, constraints, strict=False):
+            trial.set_constraint(name, value)
         try:
             handle.tell(trial, values if len(values) > 1 else values[0])
         except (RuntimeError, ValueError):

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dse.evaluator import evaluate
+from dse.evaluator import evaluate, label_column
 from formats import NM, Block, Unstructured
 from formats import parse as parse_format
 from workloads import Trace, TraceError, load_trace
@@ -165,16 +165,15 @@ class Problem:
         formats = self.evaluated if formats is None else formats
         accelerators = [self.builder.build(p.base, p.values) for p in points]
         frame = evaluate(trace, accelerators, list(formats), list(self.space.batches),
-                         fusion=self.space.fusion, scope=self.space.scope)
+                         fusion=self.space.fusion, scope=self.space.scope, categorical=True)
+        # evaluate's rows run hardware-major: each point's formats x batches together.
         per_point = len(frame) // len(points)
-        hw_point = np.repeat(np.arange(first, first + len(points)), per_point)
-        frame.insert(2, "hw_point", hw_point)
-        frame["hardware"] = np.array([self.builder.names[p.base] for p in points],
-                                     dtype=object)[hw_point - first]
+        local = np.repeat(np.arange(len(points)), per_point)
+        frame.insert(2, "hw_point", local + first)
         for j, column in enumerate(self.knob_columns):
             values = [_cell(p.values[j]) for p in points]
-            frame[column] = np.array(values, dtype=object if isinstance(values[0], str)
-                                     else None)[hw_point - first]
+            frame[column] = (label_column(local, values) if isinstance(values[0], str)
+                             else np.array(values)[local])
         return score(frame, set(self.candidates), self.accuracy[trace.model], self.target)
 
     def design_label(self, fmt: str) -> str:

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from dse.evaluator import label_column
+
 from .target import Objective, Target
 
 __all__ = ["VERDICTS", "pareto_mask", "rank", "score"]
@@ -25,99 +27,104 @@ _RELATIVE_TOLERANCE = 1e-12
 
 def score(rows: pd.DataFrame, candidates: set[str], accuracy: Mapping[str, tuple[float, str]],
           target: Target | None) -> pd.DataFrame:
-    """Add target and accuracy columns to one model's evaluated rows (a new frame).
+    """Add target and accuracy columns to one model's evaluated rows, in place; returns them.
 
     ``rows`` needs ``format``, ``hw_point``, ``batch`` and ``speedup``; every (hw_point, batch)
     must hold the baseline format's row when there is a target. ``accuracy`` maps a format name
-    to (percent, status); missing formats get NaN and status ``missing``.
+    to (percent, status); missing formats get NaN and status ``missing``. Label columns come
+    out as categoricals (built from codes: millions of rows in milliseconds).
     """
-    out = rows.copy()
-    fmt = out["format"].to_numpy(dtype=object)
-    names = pd.unique(fmt)
-    acc_of = {n: accuracy.get(n, (np.nan, "missing")) for n in names}
-    codes = pd.Categorical(fmt, categories=names).codes
-    out["accuracy"] = np.array([acc_of[n][0] for n in names], dtype=np.float64)[codes]
-    out["accuracy_status"] = np.array([acc_of[n][1] for n in names], dtype=object)[codes]
-    role = np.where(np.isin(fmt, list(candidates)), "candidate",
-                    np.where(fmt == "dense", "dense", "baseline"))
-    if target is not None and target.baseline.name in candidates:
-        role = np.where(fmt == target.baseline.name, "baseline", role)
-    out["role"] = role
+    out = rows
+    formats = pd.Categorical(out["format"])
+    names = [str(n) for n in formats.categories]
+    codes = formats.codes.astype(np.int64)
+    found = [accuracy.get(n, (np.nan, "missing")) for n in names]
+    out["accuracy"] = np.array([v for v, _ in found], dtype=np.float64)[codes]
+    out["accuracy_status"] = label_column(codes, [st for _, st in found])
+    baseline = None if target is None else target.baseline.name
+    roles = ["baseline" if n == baseline else "candidate" if n in candidates
+             else "dense" if n == "dense" else "baseline" for n in names]
+    is_candidate = np.array([r == "candidate" for r in roles])[codes]
+    out["role"] = label_column(codes, roles)
     speedup = out["speedup"].to_numpy()
     if target is None:
-        out["verdict"] = "no target"
-        out["meets_target"] = role == "candidate"
+        out["verdict"] = label_column(np.zeros(len(out), dtype=np.int64), ["no target"])
+        out["meets_target"] = is_candidate
         return out
-    base = target.baseline.name
     hw = out["hw_point"].to_numpy(dtype=np.int64)
     batches, batch_idx = np.unique(out["batch"].to_numpy(), return_inverse=True)
     key = hw * len(batches) + batch_idx
-    is_base = fmt == base
+    is_base = codes == names.index(baseline) if baseline in names else np.zeros(len(out), bool)
     base_speed = np.full(int(key.max()) + 1, np.nan)
     base_speed[key[is_base]] = speedup[is_base]
     baseline_speedup = base_speed[key]
     if np.isnan(baseline_speedup).any():
-        raise ValueError(f"rows lack the baseline {base} for some hardware point and batch")
-    base_acc = acc_of.get(base, accuracy.get(base, (np.nan, "missing")))[0]
+        raise ValueError(f"rows lack the baseline {baseline} for some hardware point and batch")
+    base_acc = accuracy.get(baseline, (np.nan, "missing"))[0]
     ratio = speedup / baseline_speedup
     drop = base_acc - out["accuracy"].to_numpy()
     meets_speed = ratio >= target.ratio * (1.0 - _RELATIVE_TOLERANCE)
     meets_acc = drop <= target.max_acc_drop + 1e-9
-    out["baseline"] = base
+    out["baseline"] = label_column(np.zeros(len(out), dtype=np.int64), [baseline])
     out["baseline_speedup"] = baseline_speedup
     out["speedup_over_baseline"] = ratio
     out["baseline_accuracy"] = base_acc
     out["accuracy_drop"] = drop
     out["meets_speed"] = meets_speed
     out["meets_accuracy"] = meets_acc
-    out["meets_target"] = meets_speed & meets_acc & (role == "candidate")
-    verdict = np.where(meets_speed, np.where(meets_acc, "meets", "too inaccurate"),
-                       np.where(meets_acc, "too slow", "too slow and too inaccurate"))
-    out["verdict"] = verdict
+    out["meets_target"] = meets_speed & meets_acc & is_candidate
+    # Codes into VERDICTS: 0 meets, 1 too slow, 2 too inaccurate, 3 both.
+    verdict = (~meets_speed).astype(np.int64) + 2 * (~meets_acc).astype(np.int64)
+    out["verdict"] = label_column(np.array([0, 1, 2, 3])[verdict], list(VERDICTS[:4]))
     return out
 
 
 def pareto_mask(speedup: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
-    """True where no other point is at least as good in both and better in one (maximizing)."""
+    """True where no other point is at least as good in both and better in one (maximizing
+    both); a point equal to a front point in both is on the front too."""
     n = len(speedup)
-    order = np.lexsort((-accuracy, -speedup))  # speedup desc, then accuracy desc
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    order = np.lexsort((-accuracy, -speedup))  # speedup descending, then accuracy descending
+    s, a = speedup[order], accuracy[order]
+    # Walking down in speedup, a point is on the front when it is more accurate than every
+    # faster (or equally fast) point before it, or the twin of the point that set that record.
+    best_before = np.concatenate(([-np.inf], np.maximum.accumulate(a)[:-1]))
+    strict = a > best_before
+    setter = np.maximum.accumulate(np.where(strict, np.arange(n), -1))
+    setter_before = np.concatenate(([-1], setter[:-1]))
+    j = np.maximum(setter_before, 0)
+    twin = ~strict & (setter_before >= 0) & (a == a[j]) & (s == s[j])
     keep = np.zeros(n, dtype=bool)
-    best_acc = -np.inf
-    last = (np.nan, np.nan)
-    for i in order:
-        s, a = speedup[i], accuracy[i]
-        if a > best_acc:
-            keep[i] = True
-            best_acc = a
-            last = (s, a)
-        elif a == last[1] and s == last[0]:
-            keep[i] = True  # an equal point is not dominated by its twin
+    keep[order] = strict | twin
     return keep
 
 
 def rank(scored: pd.DataFrame, objective: Objective) -> pd.DataFrame:
     """Add ``rank`` (1 = best, per model and batch, among candidates meeting the target; NA
-    elsewhere) and ``pareto`` (for the pareto objective); sorted by model, batch, rank."""
-    out = scored.copy()
-    eligible = out["meets_target"].to_numpy(dtype=bool) & out["accuracy"].notna().to_numpy() \
-        if objective.needs_accuracy else out["meets_target"].to_numpy(dtype=bool)
-    if objective.kind == "pareto":
-        out["pareto"] = False
-    keys, sort_desc = _sort_keys(objective)
-    ranks = np.full(len(out), -1, dtype=np.int64)
-    for _, index in out.groupby(["model", "batch"], sort=False).indices.items():
-        pick = index[eligible[index]]
-        if len(pick) == 0:
-            continue
-        group = out.iloc[pick]
+    elsewhere) and, for the pareto objective, ``pareto``; in place, row order kept."""
+    out = scored
+    eligible = out["meets_target"].to_numpy(dtype=bool)
+    if objective.needs_accuracy:
+        eligible = eligible & out["accuracy"].notna().to_numpy()
+    keys, desc = _sort_keys(objective)
+    values = {k: out[k].to_numpy(dtype=np.float64) for k in {*keys, "speedup", "accuracy"}}
+    model = pd.Categorical(out["model"]).codes.astype(np.int64)
+    _, batch = np.unique(out["batch"].to_numpy(), return_inverse=True)
+    group = model * (int(batch.max()) + 1) + batch if len(out) else model
+    ranks = np.zeros(len(out), dtype=np.int64)
+    front = np.zeros(len(out), dtype=bool)
+    for g in np.unique(group[eligible]):
+        pick = np.flatnonzero(eligible & (group == g))
         if objective.kind == "pareto":
-            front = pareto_mask(group["speedup"].to_numpy(), group["accuracy"].to_numpy())
-            out.iloc[pick[front], out.columns.get_loc("pareto")] = True
-            pick, group = pick[front], group[front]
-        order = _order(group, keys, sort_desc)
+            on_front = pareto_mask(values["speedup"][pick], values["accuracy"][pick])
+            pick = pick[on_front]
+            front[pick] = True
+        order = _order({k: v[pick] for k, v in values.items()}, keys, desc)
         ranks[pick[order]] = np.arange(1, len(order) + 1)
-    out["rank"] = pd.array(np.where(ranks > 0, ranks, 0), dtype="Int64")
-    out.loc[ranks <= 0, "rank"] = pd.NA
+    out["rank"] = pd.arrays.IntegerArray(ranks, mask=ranks == 0)
+    if objective.kind == "pareto":
+        out["pareto"] = front
     return out
 
 
@@ -129,11 +136,10 @@ def _sort_keys(objective: Objective) -> tuple[list[str], list[bool]]:
     return ["speedup", "accuracy"], [True, True]
 
 
-def _order(group: pd.DataFrame, keys: list[str], desc: list[bool]) -> np.ndarray:
-    """Stable order by ``keys`` (NaN last), ties broken by the design's position."""
+def _order(values: Mapping[str, np.ndarray], keys: list[str], desc: list[bool]) -> np.ndarray:
+    """Stable order by ``keys`` (NaN last); ties keep the designs' enumeration order."""
     columns = []
     for key, d in zip(keys, desc, strict=True):
-        values = group[key].to_numpy(dtype=np.float64)
-        values = np.where(np.isnan(values), np.inf, -values if d else values)
-        columns.append(values)
+        v = values[key]
+        columns.append(np.where(np.isnan(v), np.inf, -v if d else v))
     return np.lexsort(tuple(reversed(columns)))

@@ -195,7 +195,8 @@ def parse_space(text: str, where: str, folder: Path | None = None) -> SearchSpac
     dataset = accuracy.get("dataset")
     space = SearchSpace(
         name=_string(raw.get("name", Path(where).stem), where, "name"),
-        description=_string(raw.get("description", ""), where, "description"),
+        description=(_string(raw["description"], where, "description")
+                     if "description" in raw else ""),
         models=models, batches=batches, fusion=fusion, scope=scope,
         accuracy_table=table,
         metric=_string(accuracy.get("metric", "top1"), where, "accuracy.metric"),
@@ -477,6 +478,7 @@ class HardwareBuilder:
             self.flats.append(flat)
             self.names.append(path.stem)
         self.nm_patterns = tuple(nm_patterns)
+        self._built: dict[tuple[int, tuple[Any, ...]], Accelerator] = {}
         # Check the bases build with the fixed overrides, naming the space on failure.
         for i in range(len(self.flats)):
             self._build(i, {})
@@ -500,8 +502,12 @@ class HardwareBuilder:
         return acc
 
     def build(self, base: int, values: Sequence[Any]) -> Accelerator:
-        return self._build(base, dict(zip((k.path for k in self.space.knobs), values,
-                                          strict=True)))
+        """The accelerator of a hardware point (cached: every model of a search reuses it)."""
+        key = (base, tuple(values))
+        if key not in self._built:
+            self._built[key] = self._build(base, dict(zip((k.path for k in self.space.knobs),
+                                                          values, strict=True)))
+        return self._built[key]
 
 
 def catalog_name(base: str) -> str:

@@ -200,7 +200,7 @@ class Storage:
                 CHUNKS.update()
                 .where(CHUNKS.c.study == study, CHUNKS.c.idx == idx,
                        CHUNKS.c.state == "running", CHUNKS.c.worker == worker)
-                .values(state="done", finished_at=_now(), result=zlib.compress(result, 1)))
+                .values(state="done", finished_at=_now(), result=result))
             return done.rowcount == 1
 
     def release_running(self, study: str) -> int:
@@ -222,7 +222,7 @@ class Storage:
             rows = conn.execute(sa.select(CHUNKS.c.idx, CHUNKS.c.worker, CHUNKS.c.result)
                                 .where(CHUNKS.c.study == study, CHUNKS.c.state == "done")
                                 .order_by(CHUNKS.c.idx))
-            return [(int(i), w, zlib.decompress(r)) for i, w, r in rows]
+            return [(int(i), w, bytes(r)) for i, w, r in rows]
 
     # --- a study-wide lock (the Optuna engine's trial budget) ----------------------------------
 

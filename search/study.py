@@ -76,6 +76,7 @@ class SearchOutcome:
     out: Path
     engine: str
     results: pd.DataFrame
+    ranked: pd.DataFrame
     files: list[Path] = field(default_factory=list)
     seconds: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
@@ -384,21 +385,20 @@ def collect(problem: Problem, storage: Storage, study: str, out: Path,
         counts = opt.counts(storage, study)
     if frame.empty:
         raise SearchError(f"study {study} has no completed work yet; run a worker or --resume")
-    ranked = rank(frame, problem.objective)
-    ranked = _order_columns(ranked, problem.knob_columns)
-    order = np.lexsort((ranked["rank"].fillna(1 << 30).to_numpy(dtype=np.int64),
-                        ranked["batch"].to_numpy(),
-                        pd.Categorical(ranked["model"],
-                                       categories=[t.model for t in problem.traces]).codes))
-    ranked = ranked.iloc[order].reset_index(drop=True)
+    results = _order_columns(rank(frame, problem.objective), problem.knob_columns)
+    # Every design in enumeration order; the ranked ones, best first per model and batch.
+    ranks = results["rank"].to_numpy(dtype=np.float64, na_value=np.nan)
+    hit = np.flatnonzero(~np.isnan(ranks))
+    model = pd.Categorical(results["model"],
+                           categories=[t.model for t in problem.traces]).codes[hit]
+    hit = hit[np.lexsort((ranks[hit], results["batch"].to_numpy()[hit], model))]
+    ranked = results.iloc[hit].reset_index(drop=True)
     suffix = ".parquet" if request.results_format == "parquet" else ".csv"
-    results_path = out / f"results{suffix}"
-    best_path = out / "ranked.csv"
-    write_table(ranked, results_path)
-    best = ranked[ranked["rank"].notna()]
-    write_table(best, best_path)
-    return SearchOutcome(study, storage.shown, out, settings.engine, ranked,
-                         [results_path, best_path], counts=counts, problem=problem)
+    results_path, ranked_path = out / f"results{suffix}", out / f"ranked{suffix}"
+    write_table(results, results_path)
+    write_table(ranked, ranked_path)
+    return SearchOutcome(study, storage.shown, out, settings.engine, results, ranked,
+                         [results_path, ranked_path], counts=counts, problem=problem)
 
 
 def _write_summary(outcome: SearchOutcome, request: SearchRequest) -> None:
@@ -407,8 +407,8 @@ def _write_summary(outcome: SearchOutcome, request: SearchRequest) -> None:
     problem = outcome.problem
     assert problem is not None
     s = problem.settings
-    table = outcome.results
-    best = table[table["rank"] == 1]
+    ranked = outcome.ranked
+    best = ranked[ranked["rank"] == 1]
     summary = {
         "study": outcome.study,
         "storage": outcome.storage,
