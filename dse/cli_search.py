@@ -198,7 +198,10 @@ def _ranked_lines(group: pd.DataFrame, problem, top: int) -> list[str]:
                           zip(shown_rows["memory_bound_ops"], shown_rows["ops"], strict=True)]
     if (shown_rows["hw_fallback"].astype(str) != "").any():
         shown["hw fallback"] = shown_rows["hw_fallback"].astype(str)
-    title = "meet the target" if target is not None else "ranked"
+    title = ("on the Pareto front of speedup and accuracy"
+             + (" among those that meet the target" if target is not None else "")
+             if problem.objective.kind == "pareto"
+             else "meet the target" if target is not None else "ranked")
     head = f"  {len(group):,} {title}" + (f"; top {top}:" if len(group) > top else ":")
     return [head] + ["  " + line for line in shown.to_string(index=False).splitlines()]
 

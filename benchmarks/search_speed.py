@@ -1,0 +1,87 @@
+"""Speed of `dse search`: the default command, and an exhaustive space of 10^6 design points.
+
+Run from the repository root::
+
+    python -m benchmarks.search_speed [--repeats N]
+
+Each figure is the median wall time of whole `dse search` commands in new processes (imports,
+study creation in SQLite, evaluation, ranking, result files, printing), after one untimed run
+that warms numba's on-disk cache. References measured in the same run: `dse --help` (the
+command line's import cost) and, for the big space, the evaluator alone on the same design
+points in process (`dse.evaluate` over every model, batch and hardware point): the search's
+ratio to it is its overhead. Targets (issue 5): default command under 3 s; 10^6 points under 5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MILLION = HERE / "spaces" / "million.toml"
+TARGETS = {"default": 3.0, "million": 5.0}
+
+
+def timed(argv: list[str], cwd: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "dse", *argv], cwd=cwd, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def median_of(argv_for, repeats: int, cwd: str) -> float:
+    timed(argv_for(-1), cwd)  # warm numba's cache and the page cache
+    return statistics.median(timed(argv_for(i), cwd) for i in range(repeats))
+
+
+def evaluator_alone() -> tuple[float, int]:
+    """The evaluator on the million-point space's designs, in process (imports excluded)."""
+    from search.problem import Problem
+    from search.study import SearchRequest, _new_settings
+
+    problem = Problem(_new_settings(SearchRequest(space=MILLION, target="1.3x_over_2:4")))
+    points = list(problem.space.hardware_points())
+    accelerators = [problem.builder.build(p.base, p.values) for p in points]
+    from dse import evaluate
+
+    start = time.perf_counter()
+    rows = 0
+    for trace in problem.traces:
+        frame = evaluate(trace, accelerators, list(problem.evaluated),
+                         list(problem.space.batches), fusion=problem.space.fusion,
+                         scope=problem.space.scope, categorical=True)
+        rows += len(frame)
+    return time.perf_counter() - start, rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as cwd:
+        help_s = median_of(lambda i: ["--help"], args.repeats, cwd)
+        default_s = median_of(lambda i: ["search", "--target", "1.3x_over_2:4", "--study",
+                                         f"d{i}"], args.repeats, cwd)
+        million_s = median_of(lambda i: ["search", "--space", str(MILLION), "--target",
+                                         "1.3x_over_2:4", "--study", f"m{i}"], args.repeats,
+                              cwd)
+    evaluate_s, rows = evaluator_alone()
+    print(f"dse --help (imports):                    {help_s:6.2f} s")
+    print(f"dse search --target 1.3x_over_2:4:       {default_s:6.2f} s  "
+          f"(target < {TARGETS['default']:g} s: {'met' if default_s < 3 else 'MISSED'}; "
+          f"{default_s / help_s:.1f}x `dse --help`)")
+    print(f"million-point space ({rows:,} designs): {million_s:6.2f} s  "
+          f"(target < {TARGETS['million']:g} s: {'met' if million_s < 5 else 'MISSED'}; "
+          f"{rows / million_s / 1e6:.2f} M designs/s)")
+    print(f"  evaluator alone on those designs:      {evaluate_s:6.2f} s  "
+          f"(the search takes {million_s / evaluate_s:.1f}x: imports, storage, scoring, "
+          "ranking, files)")
+
+
+if __name__ == "__main__":
+    main()
