@@ -184,6 +184,8 @@ def _ranked_lines(group: pd.DataFrame, problem, top: int) -> list[str]:
     shown = pd.DataFrame({
         "rank": shown_rows["rank"].astype(int),
         "format": shown_rows["format"].astype(str),
+        **({"hardware": shown_rows["hardware"].astype(str)}
+           if len(problem.space.hardware) > 1 else {}),
         **{k[3:]: shown_rows[k] for k in problem.knob_columns},
         "speedup": shown_rows["speedup"].map(lambda v: f"{v:.3f}"),
     })

@@ -29,7 +29,7 @@ from optuna.distributions import (
 from optuna.trial import TrialState
 
 from .problem import Problem
-from .space import HardwarePoint
+from .space import CANDIDATES, HardwarePoint
 from .storage import Storage
 
 __all__ = ["designs_frame", "distributions", "recover", "run_trials", "optuna_storage"]
@@ -77,7 +77,7 @@ def design_of(problem: Problem, params: dict[str, Any]) -> tuple[str, HardwarePo
     values = []
     for knob in problem.space.knobs:
         value = params[knob.column]
-        if knob.path == "sparse_tensor.patterns":
+        if knob.path == "sparse_tensor.patterns" and value != CANDIDATES:
             value = tuple(p for p in value.split(",") if p)
         values.append(value)
     return params["format"], HardwarePoint(int(params.get("hardware", 0)), tuple(values))

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dse.evaluator import evaluate, label_column
-from formats import NM, Block, Unstructured
+from formats import NM
 from formats import parse as parse_format
 from workloads import Trace, TraceError, load_trace
 
@@ -175,14 +175,6 @@ class Problem:
             frame[column] = (label_column(local, values) if isinstance(values[0], str)
                              else np.array(values)[local])
         return score(frame, set(self.candidates), self.accuracy[trace.model], self.target)
-
-    def design_label(self, fmt: str) -> str:
-        f = parse_format(fmt)
-        if isinstance(f, NM):
-            return "nm"
-        if isinstance(f, Block):
-            return f"block{f.block}"
-        return "unstructured" if isinstance(f, Unstructured) else "dense"
 
 
 def _cell(value: Any) -> Any:

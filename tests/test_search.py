@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,39 +18,7 @@ from search.scoring import pareto_mask, rank, score
 from search.space import DEFAULT_SPACE, load_space, parse_space
 from search.study import SearchRequest, _new_settings, run_search
 from search.target import Objective, make_objective, parse_target
-
-SPACE_HEAD = """
-name = "t"
-models = ["convnext_tiny"]
-[formats]
-list = ["2:4", "1:8"]
-[hardware]
-base = ["a100"]
-"""
-
-
-def space_text(extra_hw: str = "", formats: str = 'list = ["2:4", "1:8"]',
-               models: str = '["convnext_tiny"]', head: str = "") -> str:
-    return f"""name = "t"
-models = {models}
-batches = [1]
-{head}
-[formats]
-{formats}
-[hardware]
-base = ["a100"]
-[hardware.set]
-"sparse_tensor.patterns" = "candidates"
-"sparse_tensor.nonzero_rate" = 1.0
-{extra_hw}
-"""
-
-
-def write_space(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "space.toml"
-    path.write_text(text)
-    return path
-
+from tests.search_spaces import space_text, write_space
 
 # --- spaces -----------------------------------------------------------------------------------
 
@@ -332,3 +299,29 @@ def test_candidate_without_accuracy_is_named(tmp_path):
 
 def test_default_space_file_is_shipped():
     assert DEFAULT_SPACE.is_file()
+
+
+def test_both_engines_score_a_design_the_same(tmp_path):
+    """Optuna trials and the exhaustive enumeration give identical rows for the same design,
+    over two base GPUs and a sparse-pattern knob (lists, and "candidates")."""
+    text = space_text('[hardware.vary]\n"sparse_tensor.patterns" = [["2:4"], ["2:4", "1:4"], '
+                      '"candidates"]', formats='list = ["2:4", "1:4", "2:8", "1:8"]')
+    text = text.replace('base = ["a100"]', 'base = ["a100", "h100"]').replace(
+        '"sparse_tensor.patterns" = "candidates"\n', "")
+    path = write_space(tmp_path, text)
+    full = run_search(SearchRequest(space=path, target="1.2x_over_2:4", study="ex",
+                                    out=tmp_path / "ex")).results
+    sampled = run_search(SearchRequest(space=path, target="1.2x_over_2:4", study="op",
+                                       engine="optuna", trials=25, out=tmp_path / "op")).results
+    key = ["model", "hardware", "hw.sparse_tensor.patterns", "format", "batch"]
+    columns = ["speedup", "speedup_over_baseline", "accuracy", "verdict", "hw_fallback"]
+    both = sampled.astype({k: str for k in key}).merge(
+        full.astype({k: str for k in key}), on=key, suffixes=("_op", "_ex"))
+    assert len(both) == len(sampled) > 3
+    for column in columns:
+        assert (both[f"{column}_op"].astype(str) == both[f"{column}_ex"].astype(str)).all(), \
+            column
+    # 1:4 runs natively only where the knob lets the sparse tensor core run it.
+    native = full[(full["format"] == "1:4")].set_index(["hardware", "hw.sparse_tensor.patterns"])
+    assert native.loc[("a100-40gb", "2:4"), "hw_fallback"] != ""
+    assert native.loc[("a100-40gb", "2:4,1:4"), "hw_fallback"] == ""

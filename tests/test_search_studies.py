@@ -19,21 +19,11 @@ import pytest
 
 from search.storage import open_storage
 from search.study import SearchRequest, run_search
+from tests.search_spaces import space_text
+from tests.search_spaces import write_space as write_text
 
 REPO = Path(__file__).resolve().parents[1]
 
-SPACE = """name = "s"
-models = [{models}]
-batches = [1]
-[formats]
-{formats}
-[hardware]
-base = ["a100"]
-[hardware.set]
-"sparse_tensor.patterns" = "candidates"
-"sparse_tensor.nonzero_rate" = 1.0
-{vary}
-"""
 # Many hardware points, so that one design point per chunk makes hundreds of chunks.
 MANY_POINTS = ('[hardware.vary]\n"dram_bandwidth_bytes_per_s" = { min = 0.5e12, max = 4.0e12, '
                'steps = %d }')
@@ -41,9 +31,7 @@ NM_FORMATS = 'list = ["2:4", "1:4", "2:8", "1:8", "2:16", "4:32"]'
 
 
 def write_space(folder: Path, models='"convnext_tiny"', formats=NM_FORMATS, vary="") -> Path:
-    path = folder / "space.toml"
-    path.write_text(SPACE.format(models=models, formats=formats, vary=vary))
-    return path
+    return write_text(folder, space_text(vary, formats, f"[{models}]"))
 
 
 def dse(*argv: str, cwd: Path, env: dict | None = None, timeout: float = 300):
