@@ -304,3 +304,17 @@ def test_default_command_prints_the_ranked_tables(tmp_path):
                                                  "ranked.parquet", "summary.json"}
     ranked = pd.read_parquet(folder / "ranked.parquet")
     assert np.all(ranked["speedup_over_baseline"] >= 1.3 - 1e-12)
+
+
+def test_local_workers_share_a_sqlite_study(tmp_path):
+    space = write_space(tmp_path, vary=MANY_POINTS % 30)
+    shared = dse("search", "--space", str(space), "--target", "1.3x_over_2:4", "--study", "w2",
+                 "--workers", "2", "--chunk-points", "7", "--out", str(tmp_path / "w2"),
+                 cwd=tmp_path)
+    assert shared.returncode == 0, shared.stderr
+    assert sorted(p.name for p in (tmp_path / "w2").iterdir()) == [
+        "ranked.parquet", "results.parquet", "study.db", "summary.json"]  # worker logs removed
+    single = run_search(SearchRequest(space=space, target="1.3x_over_2:4", study="w1",
+                                      out=tmp_path / "w1"))
+    results = pd.read_parquet(tmp_path / "w2" / "results.parquet")
+    pd.testing.assert_frame_equal(result_key(results), result_key(single.results))
