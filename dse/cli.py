@@ -21,15 +21,17 @@ from workloads import TraceError, load_trace, trace_names
 
 from .accuracy.data import AccuracyError
 from .accuracy.pipeline import DEFAULT_LEVELS, DEFAULT_PATTERNS
+from .cli_report import add_report_parsers
 from .cli_search import add_search_parser
 from .evaluator import FUSIONS, SCOPES, EvaluationError, evaluate, evaluate_layers
 from .numerics import Numerics, NumericsError
 from .output import OutputError, check_output_path, format_seconds, write_atomic, write_table
+from .sweep import SweepError
 
 __all__ = ["main"]
 
 USER_ERRORS = (SpecError, FormatError, TraceError, EvaluationError, NumericsError, OutputError,
-               AccuracyError, AccuracyTableError, SearchError)
+               AccuracyError, AccuracyTableError, SearchError, SweepError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -199,6 +201,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_hw_arguments(hw_show)
     hw_show.set_defaults(run=_cmd_hw_show)
     add_search_parser(commands, _Parser, _positive_int)
+    add_report_parsers(commands, _Parser, _positive_int)
     return parser
 
 

@@ -74,6 +74,8 @@ def add_search_parser(commands, parser_class, positive_int) -> None:
                     help="file type of results and ranked tables (default parquet)")
     sp.add_argument("--top", type=positive_int, default=10, metavar="K",
                     help="rows of each ranked table to print (default 10)")
+    sp.add_argument("--report", type=Path, metavar="DIR",
+                    help="also write a report folder: the Pareto front and the target results")
     sp.add_argument("--chunk-points", type=positive_int, metavar="N",
                     help=argparse.SUPPRESS)  # work-unit size, for tests and benchmarks
     sp.set_defaults(run=_cmd_search)
@@ -114,8 +116,17 @@ def _cmd_search(args: argparse.Namespace) -> int:
         trials=args.trials, seed=args.seed, storage=args.storage, study=args.study,
         out=args.out, workers=args.workers, resume=args.resume,
         results_format=args.results_format, top=args.top, chunk_points=args.chunk_points)
+    if args.report is not None:
+        from .cli_report import check_report_dir
+
+        check_report_dir(args.report)
     outcome = run_search(request)
     print(report(outcome, args.top))
+    if args.report is not None:
+        from .cli_report import write_search_report
+
+        index = write_search_report(args.report, outcome.results, f"dse search {outcome.study}")
+        print(f"wrote {index}")
     return 0
 
 

@@ -1,0 +1,191 @@
+"""Sweeps: the evaluator over a grid of batch sizes, hardware fields and format parameters.
+
+A ``--vary`` names one dimension and its values::
+
+    batch=1,2,4,8                         a list
+    hw.dram_bandwidth_bytes_per_s=1e12..8e12:8     8 points from 1e12 to 8e12, evenly spaced
+    hw.tensor_flops_per_s.fp16=1e14..1e15:4:log    4 points, evenly spaced in log
+    format.sparsity=0.5,0.75,0.875        the sparsity of every block and unstructured format
+    format.block=4,8,16                   the block size of every block format
+
+The sweep evaluates every combination; results carry one ``vary.NAME`` column per dimension.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+import accelerator_models
+from accelerator_models import FIELDS
+from formats import Block, Format, Unstructured
+from formats import parse as parse_format
+from workloads import Trace
+
+from .evaluator import evaluate
+from .numerics import Numerics
+
+__all__ = ["SweepError", "Vary", "parse_vary", "sweep"]
+
+FORMAT_PARAMS = ("sparsity", "block")
+_RANGE = re.compile(r"^\s*([^.]+(?:\.[^.]+)*?)\s*\.\.\s*([^:]+)\s*:\s*(\d+)\s*(?::\s*(log))?\s*$")
+_NUMERIC = {path for path in FIELDS if path not in ("sparse_tensor.patterns",
+                                                     "block_sparse.supported")}
+
+
+class SweepError(ValueError):
+    """A --vary that cannot be used; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class Vary:
+    name: str  # batch, hw.FIELD, format.sparsity or format.block
+    values: tuple
+
+    @property
+    def column(self) -> str:
+        return f"vary.{self.name}"
+
+
+def _number(text: str, spec: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SweepError(f"--vary {spec}: {text.strip()!r} is not a number") from None
+    if not math.isfinite(value):
+        raise SweepError(f"--vary {spec}: {text.strip()!r} is not a finite number")
+    return value
+
+
+def _values(text: str, spec: str) -> list[float]:
+    match = _RANGE.match(text)
+    if match:
+        low, high = _number(match.group(1), spec), _number(match.group(2), spec)
+        steps, log = int(match.group(3)), match.group(4) is not None
+        if steps < 1 or low > high or (steps > 1 and low == high):
+            raise SweepError(f"--vary {spec}: empty range; write LOW..HIGH:N with LOW < HIGH "
+                             "and N >= 1, e.g. 1e12..8e12:8")
+        if steps == 1:
+            return [low]
+        if log:
+            if low <= 0:
+                raise SweepError(f"--vary {spec}: a log range needs LOW > 0")
+            grid = np.geomspace(low, high, steps)
+        else:
+            grid = np.linspace(low, high, steps)
+        return [float(v) for v in grid]
+    items = [t for t in text.split(",") if t.strip()]
+    if not items:
+        raise SweepError(f"--vary {spec}: no values; write NAME=V1,V2,... or NAME=LOW..HIGH:N")
+    return [_number(t, spec) for t in items]
+
+
+def parse_vary(spec: str) -> Vary:
+    name, sep, text = spec.partition("=")
+    name = name.strip()
+    if not sep:
+        raise SweepError(f"--vary {spec!r}: write NAME=VALUES, e.g. batch=1,2,4 or "
+                         "hw.dram_bandwidth_bytes_per_s=1e12..8e12:8")
+    values = _values(text, spec)
+    if name == "batch":
+        if any(v < 1 or not float(v).is_integer() for v in values):
+            raise SweepError(f"--vary {spec}: batch sizes are whole numbers >= 1")
+        return Vary(name, tuple(dict.fromkeys(int(v) for v in values)))
+    if name.startswith("hw."):
+        field = name[3:]
+        if field not in FIELDS:
+            near = [f for f in FIELDS if field.split(".")[-1] in f][:3]
+            hint = f" (did you mean {', '.join(near)}?)" if near else ""
+            raise SweepError(f"--vary {spec}: unknown hardware field {field!r}{hint}; fields: "
+                             "see `dse hw show a100`")
+        if field not in _NUMERIC:
+            raise SweepError(f"--vary {spec}: {field} is not numeric; sweep it with --set in "
+                             "separate runs")
+        if field == "block_sparse.min_block_size":
+            values = [int(round(v)) for v in values]
+        for v in values:
+            try:
+                FIELDS[field](v, f"--vary {name}")
+            except accelerator_models.SpecError as exc:
+                raise SweepError(str(exc)) from None
+        return Vary(name, tuple(dict.fromkeys(values)))
+    if name.startswith("format."):
+        param = name[7:]
+        if param not in FORMAT_PARAMS:
+            raise SweepError(f"--vary {spec}: unknown format parameter {param!r}; use "
+                             "format.sparsity or format.block")
+        if param == "sparsity" and any(not 0 <= v < 1 for v in values):
+            raise SweepError(f"--vary {spec}: sparsities are fractions in [0, 1), e.g. 0.875")
+        if param == "block" and any(not float(v).is_integer() or not 1 <= v <= 64
+                                    for v in values):
+            raise SweepError(f"--vary {spec}: block sizes are whole numbers from 1 to 64")
+        cast = int if param == "block" else float
+        return Vary(name, tuple(dict.fromkeys(cast(v) for v in values)))
+    raise SweepError(f"--vary {spec}: unknown dimension {name!r}; use batch, hw.FIELD, "
+                     "format.sparsity or format.block")
+
+
+def _formats(formats: Sequence[Format], params: dict[str, float]) -> list[Format]:
+    """``formats`` with the swept parameters applied where they mean something."""
+    out = []
+    for fmt in formats:
+        if isinstance(fmt, Block):
+            fmt = Block(int(params.get("block", fmt.block)), params.get("sparsity", fmt.sparsity))
+        elif isinstance(fmt, Unstructured):
+            fmt = Unstructured(params.get("sparsity", fmt.sparsity))
+        out.append(fmt)
+    return out
+
+
+def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[str],
+          formats: Sequence[str | Format], varies: Sequence[Vary], batches: Sequence[int] = (1,),
+          fusion: Sequence[str] = ("unfused",), scope: str = "gemm",
+          numerics: Numerics | None = None) -> pd.DataFrame:
+    """Every combination of the ``varies`` (on top of ``batches`` when batch is not varied)."""
+    names = [v.name for v in varies]
+    if len(set(names)) != len(names):
+        raise SweepError(f"--vary {names[0]}: each dimension once")
+    by_kind: dict[str, list[Vary]] = {"batch": [], "hw": [], "format": []}
+    for v in varies:
+        by_kind[v.name.split(".")[0]].append(v)
+    batch_list = list(by_kind["batch"][0].values) if by_kind["batch"] else list(batches)
+    fmts = [parse_format(f) for f in formats]
+    hw_grid = list(itertools.product(*(v.values for v in by_kind["hw"])))
+    fmt_grid = list(itertools.product(*(v.values for v in by_kind["format"])))
+    kwargs = {} if numerics is None else {"numerics": numerics}
+    frames = []
+    for base in hardware:
+        accelerators = []
+        for values in hw_grid:
+            sets = [f"{v.name[3:]}={float(value)!r}" for v, value in zip(by_kind["hw"], values,
+                                                                    strict=True)]
+            accelerators.append(accelerator_models.load(base, [*overrides, *sets]))
+        for fvalues in fmt_grid:
+            params = {v.name[7:]: value for v, value in zip(by_kind["format"], fvalues,
+                                                              strict=True)}
+            swept = _formats(fmts, params)
+            for trace in traces:
+                frame = evaluate(trace, accelerators, swept, batch_list, fusion=list(fusion),
+                                 scope=scope, **kwargs)
+                per_hw = len(frame) // (len(accelerators) * len(fusion))
+                hw_index = np.tile(np.repeat(np.arange(len(accelerators)), per_hw),
+                                   len(fusion))
+                frame.insert(0, "base_hardware", accelerators_base_name(base))
+                for j, v in enumerate(by_kind["hw"]):
+                    frame[v.column] = np.array([vals[j] for vals in hw_grid])[hw_index]
+                for v in by_kind["format"]:
+                    frame[v.column] = params[v.name[7:]]
+                if by_kind["batch"]:
+                    frame[by_kind["batch"][0].column] = frame["batch"]
+                frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def accelerators_base_name(name: str) -> str:
+    return accelerator_models.resolve_path(name).stem

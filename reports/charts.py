@@ -1,0 +1,648 @@
+"""Chart builders, data first: each ``*_data`` function is a pure function from the project's
+tables (``dse.evaluate``, ``dse.evaluate_layers``, search results) to a tidy DataFrame, and
+each ``*_chart`` function turns exactly that frame into an Altair chart and computes nothing.
+
+The split keeps every number a chart shows testable by value, and lets a report write the
+very frame a chart was drawn from next to it as CSV.
+
+Charts inline their data as plain JSON records (no Altair data transformer), so they carry no
+5000-row limit and no reference to a file or URL: a chart's JSON renders anywhere, offline.
+Filter large tables (millions of search designs) before charting: every row is inlined.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+import accelerator_models
+from formats import Block, parse
+from formats.sparsity import percent
+
+__all__ = [
+    "bound_mix_chart",
+    "bound_mix_data",
+    "feature_share_chart",
+    "feature_share_data",
+    "hardware_comparison_chart",
+    "hardware_comparison_data",
+    "pareto_chart",
+    "pareto_data",
+    "roofline_chart",
+    "roofline_data",
+    "sparsity_roofline_chart",
+    "sparsity_roofline_data",
+    "target_chart",
+    "target_data",
+    "tornado_chart",
+    "tornado_data",
+]
+
+# Pattern families in the order every legend and axis lists them; block sizes sort within.
+_FAMILY_ORDER = {"dense": 0, "nm": 1, "block": 2, "unstructured": 3}
+_VERDICTS = ("meets", "too slow", "too inaccurate", "too slow and too inaccurate", "no target")
+_VERDICT_COLORS = ("#2ca02c", "#ff7f0e", "#9467bd", "#d62728", "#7f7f7f")
+_FACET_WIDTH = 260
+_FACET_HEIGHT = 220
+
+
+# --- shared helpers -----------------------------------------------------------------------------
+
+def _require(frame: pd.DataFrame, columns: Iterable[str], builder: str) -> None:
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"{builder}: expected a pandas DataFrame, got {type(frame).__name__}")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{builder}: the frame lacks column(s) {', '.join(missing)}; "
+                         f"it has {', '.join(map(str, frame.columns))}")
+
+
+def _one_value(frame: pd.DataFrame, columns: Iterable[str], builder: str) -> None:
+    """Refuse a frame that mixes designs the chart would silently add or overplot."""
+    for column in columns:
+        if column in frame.columns:
+            values = pd.unique(frame[column].dropna())
+            if len(values) > 1:
+                shown = ", ".join(map(str, sorted(values, key=str)[:5]))
+                first = values[0].item() if hasattr(values[0], "item") else values[0]
+                raise ValueError(f"{builder}: the frame holds {len(values)} values of "
+                                 f"{column} ({shown}); filter to one first, e.g. "
+                                 f"frame[frame[{column!r}] == {first!r}]")
+
+
+def _text(series: pd.Series) -> pd.Series:
+    """Label column as plain strings: categoricals (search results) compare and sort like
+    the strings they hold, and CSVs of the frames read back the same."""
+    return series.astype(object).map(lambda v: None if pd.isna(v) else str(v))
+
+
+@lru_cache(maxsize=4096)
+def _format_info(name: str) -> tuple[str, str, float, float]:
+    """(family, pattern group label, block size or NaN, sparsity) of a format name."""
+    try:
+        fmt = parse(name)
+    except ValueError as exc:
+        raise ValueError(f"format {name!r} is not in dse's format grammar ({exc})") from None
+    if isinstance(fmt, Block):
+        return fmt.family, f"block{fmt.block}", float(fmt.block), fmt.sparsity
+    group = {"dense": "dense", "nm": "N:M", "unstructured": "unstructured"}[fmt.family]
+    return fmt.family, group, math.nan, fmt.sparsity
+
+
+def _format_key(name: str) -> tuple:
+    family, _, block, sparsity = _format_info(name)
+    return (_FAMILY_ORDER.get(family, 9), 0.0 if math.isnan(block) else block, sparsity, name)
+
+
+def _group_key(group: str) -> tuple:
+    if group.startswith("block"):
+        return (_FAMILY_ORDER["block"], int(group[5:]))
+    return ({"dense": 0, "N:M": 1, "unstructured": 3}.get(group, 9), 0)
+
+
+def _groups(formats: pd.Series) -> pd.Series:
+    return formats.map(lambda name: _format_info(name)[1])
+
+
+def _format_order(formats: Iterable[str]) -> list[str]:
+    return sorted(set(formats), key=_format_key)
+
+
+def _group_order(groups: Iterable[str]) -> list[str]:
+    return sorted(set(groups), key=_group_key)
+
+
+def _inline(frame: pd.DataFrame) -> alt.InlineData:
+    """The frame as JSON records (NaN and NA become null); no transformer, no row limit."""
+    records = json.loads(frame.to_json(orient="records", double_precision=15))
+    return alt.InlineData(values=records)
+
+
+def _facet_by_model(layered: alt.LayerChart, data: pd.DataFrame) -> alt.FacetChart:
+    """A column per model, and a row per batch when the frame holds several: designs at
+    different batches are never on one front."""
+    if "batch" in data and data["batch"].nunique(dropna=False) > 1:
+        return layered.facet(column=alt.Column("model:N", title=None),
+                             row=alt.Row("batch:O", title="batch"))
+    return layered.facet(column=alt.Column("model:N", title=None))
+
+
+def _sorted(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Rows sorted by ``keys``; a ``format`` key sorts in pattern order, not alphabetically."""
+    def key(column: pd.Series) -> pd.Series:
+        if column.name == "format":
+            return column.map(_format_key)
+        if column.name == "group":
+            return column.map(_group_key)
+        return column
+    return frame.sort_values(list(keys), key=key, kind="stable").reset_index(drop=True)
+
+
+# --- 1. the Sparsity Roofline: accuracy against speedup -----------------------------------------
+
+def sparsity_roofline_data(frame: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy against speedup per model and format, the dense point kept as the reference.
+
+    ``frame``: rows of ``dse.evaluate`` (or search results) with ``model, format, sparsity,
+    speedup, accuracy`` (join accuracy from an accuracy table first); one hardware, batch,
+    fusion and scope. Rows without an accuracy (NaN) are dropped: they have no place on the
+    accuracy axis. Columns: ``model, format, group`` (pattern family label: ``N:M``,
+    ``block<b>``, ``unstructured``, ``dense``), ``sparsity`` (0..1), ``sparsity_label``
+    (``"87.5%"``), ``speedup`` (x dense), ``accuracy`` (percent). Sorted by model, group and
+    sparsity, which is the order the chart's lines join the points in.
+    """
+    builder = "sparsity_roofline_data"
+    _require(frame, ("model", "format", "sparsity", "speedup", "accuracy"), builder)
+    _one_value(frame, ("hardware", "batch", "fusion", "scope", "hw_point"), builder)
+    out = pd.DataFrame({
+        "model": _text(frame["model"]),
+        "format": _text(frame["format"]),
+        "sparsity": frame["sparsity"].to_numpy(dtype=np.float64),
+        "speedup": frame["speedup"].to_numpy(dtype=np.float64),
+        "accuracy": frame["accuracy"].to_numpy(dtype=np.float64),
+    })
+    out = out[out["accuracy"].notna()]
+    out = out.drop_duplicates(["model", "format"])
+    out.insert(2, "group", _groups(out["format"]))
+    out.insert(4, "sparsity_label", out["sparsity"].map(percent))
+    return _sorted(out, ["model", "group", "sparsity", "format"])
+
+
+def sparsity_roofline_chart(data: pd.DataFrame) -> alt.FacetChart:
+    """Accuracy (y) against speedup (x), one column per model; one colour, shape and line per
+    pattern group, each point labelled with its sparsity."""
+    groups = _group_order(data["group"])
+    color = alt.Color("group:N", title="pattern", sort=groups,
+                      scale=alt.Scale(domain=groups))
+    x = alt.X("speedup:Q", title="speedup over dense (x)", scale=alt.Scale(zero=False))
+    y = alt.Y("accuracy:Q", title="accuracy (%)", scale=alt.Scale(zero=False))
+    tooltip = ["model:N", "format:N", "sparsity_label:N",
+               alt.Tooltip("speedup:Q", format=".3f"), alt.Tooltip("accuracy:Q", format=".2f")]
+    base = alt.Chart().encode(x=x, y=y, color=color)
+    line = base.mark_line(opacity=0.6).encode(order="sparsity:Q", detail="group:N")
+    points = base.mark_point(filled=True, size=60).encode(
+        shape=alt.Shape("group:N", sort=groups, scale=alt.Scale(domain=groups),
+                        title="pattern"), tooltip=tooltip)
+    labels = base.mark_text(align="left", dx=6, dy=-6, fontSize=9).encode(
+        text="sparsity_label:N")
+    layered = alt.layer(line, points, labels, data=_inline(data)).properties(
+        width=_FACET_WIDTH, height=_FACET_HEIGHT)
+    return layered.facet(column=alt.Column("model:N", title=None)).properties(
+        title="Sparsity Roofline: accuracy against speed-of-light speedup")
+
+
+# --- 2. the classic roofline with per-op points -------------------------------------------------
+
+def roofline_data(layers: pd.DataFrame, accelerator, dtype: str = "fp16",
+                  vector_dtype: str = "fp16", csr_dtype: str = "fp32",
+                  samples: int = 32) -> pd.DataFrame:
+    """Per-op points and the roofs of one accelerator, as one tidy frame.
+
+    ``layers``: rows of ``dse.evaluate_layers`` for one hardware (any models, formats).
+    ``accelerator``: an ``accelerator_models.Accelerator`` or a catalog name (``"a100"``);
+    ``dtype`` is the tensor-core dtype, ``vector_dtype`` the elementwise one and ``csr_dtype``
+    the one unstructured kernels run at, as in ``dse.Numerics`` (pass the evaluation's own).
+
+    Columns: ``series`` (``op``, ``roof`` or ``knee``), ``roof`` (the roof's name, e.g.
+    ``tensor fp16``; null on op rows), ``model, format, op, unit, bound`` (null on roof and
+    knee rows), ``intensity`` (FLOP per DRAM byte) and ``flops_per_s``.
+
+    - op rows: ``intensity = flops / dram_bytes``, ``flops_per_s = flops / time_s`` (the
+      speed-of-light throughput the op attains, in useful FLOPs). Ops with zero FLOPs or zero
+      DRAM bytes are dropped: they have no place on log-log axes.
+    - roof rows: ``min(peak, bandwidth x intensity)`` at ``samples`` intensities spaced
+      geometrically over the ops' range (widened by 2x each way and to include every knee),
+      plus the knee itself, so the line's corner is exact. Roofs: the tensor core, the sparse
+      tensor core when its ``nonzero_rate`` is not 1 (else it is the tensor roof), the vector
+      cores at ``vector_dtype``, and at ``csr_dtype`` when that differs.
+    - knee rows: one a roof, ``intensity = peak / bandwidth``, ``flops_per_s = peak``.
+    """
+    builder = "roofline_data"
+    _require(layers, ("op", "format", "unit", "flops", "dram_bytes", "time_s"), builder)
+    _one_value(layers, ("hardware",), builder)
+    if samples < 2:
+        raise ValueError(f"{builder}: samples={samples}; give at least 2")
+    acc = accelerator_models.load(accelerator) if isinstance(accelerator, str) else accelerator
+    bandwidth = float(acc.dram_bandwidth_bytes_per_s)
+    tensor = float(acc.tensor_rate(dtype))
+    roofs = {f"tensor {dtype}": tensor}
+    if getattr(acc, "sparse_tensor", None) is not None and acc.nonzero_rate != 1.0:
+        roofs[f"sparse tensor {dtype} (x{acc.nonzero_rate:g})"] = tensor * acc.nonzero_rate
+    roofs[f"vector {vector_dtype}"] = float(acc.vector_rate(vector_dtype))
+    if csr_dtype != vector_dtype:
+        roofs[f"vector {csr_dtype} (CSR)"] = float(acc.vector_rate(csr_dtype))
+
+    flops = layers["flops"].to_numpy(dtype=np.float64)
+    nbytes = layers["dram_bytes"].to_numpy(dtype=np.float64)
+    time = layers["time_s"].to_numpy(dtype=np.float64)
+    keep = (flops > 0) & (nbytes > 0) & (time > 0)
+    kept = layers[keep]
+    points = pd.DataFrame({
+        "series": "op",
+        "roof": None,
+        "model": _text(kept["model"]) if "model" in kept else None,
+        "format": _text(kept["format"]),
+        "op": _text(kept["op"]),
+        "unit": _text(kept["unit"]),
+        "bound": _text(kept["bound"]) if "bound" in kept else None,
+        "intensity": flops[keep] / nbytes[keep],
+        "flops_per_s": flops[keep] / time[keep],
+    })
+
+    knees = {name: peak / bandwidth for name, peak in roofs.items()}
+    span = list(knees.values())
+    if len(points):
+        span += [points["intensity"].min() / 2.0, points["intensity"].max() * 2.0]
+    # Past the highest knee too, so that every roof shows its flat part.
+    low, high = min(span), max(*span, 4.0 * max(knees.values()))
+    grid = np.geomspace(low, high, samples)
+    lines, corners = [], []
+    for name, peak in roofs.items():
+        x = np.unique(np.append(grid, knees[name]))
+        lines.append(pd.DataFrame({"series": "roof", "roof": name, "intensity": x,
+                                   "flops_per_s": np.minimum(peak, bandwidth * x)}))
+        corners.append({"series": "knee", "roof": name, "intensity": knees[name],
+                        "flops_per_s": peak})
+    parts = [points, *lines, pd.DataFrame(corners)]
+    out = pd.concat([p for p in parts if len(p)], ignore_index=True)
+    return out[["series", "roof", "model", "format", "op", "unit", "bound", "intensity",
+                "flops_per_s"]]
+
+
+def roofline_chart(data: pd.DataFrame) -> alt.LayerChart:
+    """Log-log roofline: roofs as lines, knees as labelled points, ops coloured by format and
+    shaped by the unit they run on."""
+    formats = _format_order(data.loc[data["series"] == "op", "format"].dropna())
+    x = alt.X("intensity:Q", title="arithmetic intensity (FLOP/byte)",
+              scale=alt.Scale(type="log"), axis=alt.Axis(format="~g"))
+    y = alt.Y("flops_per_s:Q", title="attainable throughput (FLOP/s)",
+              scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"))
+    base = alt.Chart().encode(x=x, y=y)
+    roofs = base.transform_filter(alt.datum.series == "roof").mark_line(
+        color="#444", strokeWidth=1.5).encode(
+        strokeDash=alt.StrokeDash("roof:N", title="roof"), detail="roof:N")
+    knee_filter = alt.datum.series == "knee"
+    knees = base.transform_filter(knee_filter).mark_point(
+        shape="diamond", color="#444", filled=True, size=50).encode(
+        tooltip=["roof:N", alt.Tooltip("intensity:Q", title="knee (FLOP/byte)", format=".4~g"),
+                 alt.Tooltip("flops_per_s:Q", title="peak (FLOP/s)", format=".4~s")])
+    knee_labels = base.transform_filter(knee_filter).transform_calculate(
+        label="'knee ' + format(datum.intensity, '.3~g') + ' FLOP/B'").mark_text(
+        align="left", dx=5, dy=-8, fontSize=9, color="#444").encode(text="label:N")
+    ops = base.transform_filter(alt.datum.series == "op").mark_point(
+        filled=True, size=35, opacity=0.75).encode(
+        color=alt.Color("format:N", sort=formats, scale=alt.Scale(domain=formats),
+                        title="format"),
+        shape=alt.Shape("unit:N", title="unit"),
+        tooltip=["model:N", "format:N", "op:N", "unit:N", "bound:N",
+                 alt.Tooltip("intensity:Q", format=".4~g"),
+                 alt.Tooltip("flops_per_s:Q", format=".4~s")])
+    return alt.layer(roofs, knees, knee_labels, ops, data=_inline(data)).properties(
+        width=520, height=360,
+        title="Roofline: per-op speed of light against the tensor and vector roofs")
+
+
+# --- 3. bound mix by format ---------------------------------------------------------------------
+
+def bound_mix_data(layers: pd.DataFrame) -> pd.DataFrame:
+    """How many ops, and how much time, are memory- or compute-bound, per model and format.
+
+    ``layers``: rows of ``dse.evaluate_layers`` for one hardware, batch, fusion and scope.
+    Columns: ``model, format, block_size`` (the block edge for block formats, NaN otherwise),
+    ``bound``, ``ops`` (count), ``time_s`` (sum), ``op_share`` and ``time_share`` (each sums
+    to 1 over the bounds of one model and format). Sorted by model, format (pattern order)
+    and bound.
+    """
+    builder = "bound_mix_data"
+    _require(layers, ("model", "format", "bound", "time_s"), builder)
+    _one_value(layers, ("hardware", "batch", "fusion", "scope"), builder)
+    frame = pd.DataFrame({"model": _text(layers["model"]), "format": _text(layers["format"]),
+                          "bound": _text(layers["bound"]),
+                          "time_s": layers["time_s"].to_numpy(dtype=np.float64)})
+    out = frame.groupby(["model", "format", "bound"], sort=False).agg(
+        ops=("time_s", "size"), time_s=("time_s", "sum")).reset_index()
+    totals = out.groupby(["model", "format"], sort=False)[["ops", "time_s"]].transform("sum")
+    out["op_share"] = out["ops"] / totals["ops"]
+    # A design whose ops all take zero time has no time mix; NaN says so rather than 0/0 noise.
+    out["time_share"] = out["time_s"] / totals["time_s"].where(totals["time_s"] > 0)
+    out.insert(2, "block_size", out["format"].map(lambda name: _format_info(name)[2]))
+    out["ops"] = out["ops"].astype(np.int64)
+    return _sorted(out, ["model", "format", "bound"])
+
+
+def bound_mix_chart(data: pd.DataFrame, share: str = "time_share") -> alt.FacetChart:
+    """Stacked bars per format of the share of time (``share="time_share"``) or of ops
+    (``"op_share"``) that is memory- or compute-bound; one column per model."""
+    if share not in ("time_share", "op_share"):
+        raise ValueError(f"bound_mix_chart: share={share!r}; use 'time_share' or 'op_share'")
+    what = "time" if share == "time_share" else "ops"
+    bar = alt.Chart().mark_bar().encode(
+        x=alt.X("format:N", sort=_format_order(data["format"]), title="format",
+                axis=alt.Axis(labelAngle=-40)),
+        y=alt.Y(f"{share}:Q", stack="zero", title=f"share of {what}",
+                axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("bound:N", title="bound",
+                        scale=alt.Scale(domain=["memory", "compute"],
+                                        range=["#d62728", "#1f77b4"])),
+        order=alt.Order("bound:N", sort="descending"),
+        tooltip=["model:N", "format:N", "bound:N", "ops:Q",
+                 alt.Tooltip("time_s:Q", title="time (s)", format=".3~s"),
+                 alt.Tooltip("op_share:Q", format=".1%"),
+                 alt.Tooltip("time_share:Q", format=".1%")])
+    layered = alt.layer(bar, data=_inline(data)).properties(width=_FACET_WIDTH,
+                                                            height=_FACET_HEIGHT)
+    return layered.facet(column=alt.Column("model:N", title=None)).properties(
+        title=f"Memory- and compute-bound share of {what}, by format")
+
+
+# --- 4. feature share and speedup against batch -------------------------------------------------
+
+def feature_share_data(frame: pd.DataFrame) -> pd.DataFrame:
+    """Feature (activation) share of DRAM traffic and speedup against batch size.
+
+    ``frame``: rows of ``dse.evaluate`` over several batches, for one hardware, fusion and
+    scope. Columns: ``model, format, batch, feature_bytes_share`` (0..1) and ``speedup``,
+    sorted by model, format (pattern order) and batch.
+    """
+    builder = "feature_share_data"
+    _require(frame, ("model", "format", "batch", "feature_bytes_share", "speedup"), builder)
+    _one_value(frame, ("hardware", "fusion", "scope", "hw_point"), builder)
+    out = pd.DataFrame({
+        "model": _text(frame["model"]),
+        "format": _text(frame["format"]),
+        "batch": frame["batch"].to_numpy(dtype=np.int64),
+        "feature_bytes_share": frame["feature_bytes_share"].to_numpy(dtype=np.float64),
+        "speedup": frame["speedup"].to_numpy(dtype=np.float64),
+    })
+    return _sorted(out, ["model", "format", "batch"])
+
+
+def feature_share_chart(data: pd.DataFrame) -> alt.VConcatChart:
+    """Top row: feature share of DRAM traffic against batch (log x), one line per format and
+    a column per model. Bottom row: speedup over dense against batch, the same layout."""
+    formats = _format_order(data["format"])
+    x = alt.X("batch:Q", title="batch size", scale=alt.Scale(type="log", base=2),
+              axis=alt.Axis(format="~g"))
+    color = alt.Color("format:N", sort=formats, scale=alt.Scale(domain=formats),
+                      title="format")
+    tooltip = ["model:N", "format:N", "batch:Q",
+               alt.Tooltip("feature_bytes_share:Q", format=".1%"),
+               alt.Tooltip("speedup:Q", format=".3f")]
+    inline = _inline(data)
+
+    def panel(y: alt.Y, title: str) -> alt.FacetChart:
+        base = alt.Chart().encode(x=x, y=y, color=color, tooltip=tooltip)
+        layered = alt.layer(base.mark_line(), base.mark_point(filled=True), data=inline)
+        return layered.properties(width=_FACET_WIDTH, height=180).facet(
+            column=alt.Column("model:N", title=None)).properties(title=title)
+
+    share = panel(alt.Y("feature_bytes_share:Q", title="feature share of DRAM bytes",
+                        axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+                  "Features (unprunable) share of DRAM traffic against batch")
+    speed = panel(alt.Y("speedup:Q", title="speedup over dense (x)",
+                        scale=alt.Scale(zero=False)),
+                  "Speed-of-light speedup against batch")
+    return alt.vconcat(share, speed)
+
+
+# --- 5. hardware comparison ---------------------------------------------------------------------
+
+def hardware_comparison_data(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per hardware, model, format and batch: latency, speedup and where traffic goes.
+
+    ``frame``: rows of ``dse.evaluate`` over several hardware, one fusion and scope.
+    Columns: ``hardware, model, format, batch, latency_s, speedup`` (x dense on the same
+    hardware), ``memory_bound_share`` (= memory_bound_ops / ops) and ``feature_bytes_share``.
+    Sorted by model, batch, format (pattern order) and hardware.
+    """
+    builder = "hardware_comparison_data"
+    columns = ("hardware", "model", "format", "batch", "latency_s", "speedup",
+               "memory_bound_ops", "ops", "feature_bytes_share")
+    _require(frame, columns, builder)
+    _one_value(frame, ("fusion", "scope"), builder)
+    ops = frame["ops"].to_numpy(dtype=np.float64)
+    out = pd.DataFrame({
+        "hardware": _text(frame["hardware"]),
+        "model": _text(frame["model"]),
+        "format": _text(frame["format"]),
+        "batch": frame["batch"].to_numpy(dtype=np.int64),
+        "latency_s": frame["latency_s"].to_numpy(dtype=np.float64),
+        "speedup": frame["speedup"].to_numpy(dtype=np.float64),
+        "memory_bound_share": frame["memory_bound_ops"].to_numpy(dtype=np.float64)
+        / np.where(ops > 0, ops, np.nan),
+        "feature_bytes_share": frame["feature_bytes_share"].to_numpy(dtype=np.float64),
+    })
+    return _sorted(out, ["model", "batch", "format", "hardware"])
+
+
+def hardware_comparison_chart(data: pd.DataFrame) -> alt.FacetChart:
+    """Grouped bars: speedup over dense per format, one bar per hardware, a column per model
+    and a row per batch; dense (always 1x) is the rule at 1, not a bar."""
+    sparse = data[data["format"] != "dense"]
+    formats = _format_order(sparse["format"])
+    bars = alt.Chart().mark_bar().encode(
+        x=alt.X("format:N", sort=formats, title="format", axis=alt.Axis(labelAngle=-40)),
+        xOffset=alt.XOffset("hardware:N"),
+        y=alt.Y("speedup:Q", title="speedup over dense (x)"),
+        color=alt.Color("hardware:N", title="hardware"),
+        tooltip=["hardware:N", "model:N", "format:N", "batch:Q",
+                 alt.Tooltip("speedup:Q", format=".3f"),
+                 alt.Tooltip("latency_s:Q", title="latency (s)", format=".3~s"),
+                 alt.Tooltip("memory_bound_share:Q", format=".0%"),
+                 alt.Tooltip("feature_bytes_share:Q", format=".0%")])
+    one = alt.Chart().mark_rule(color="#444", strokeDash=[4, 3]).encode(y=alt.datum(1))
+    layered = alt.layer(bars, one, data=_inline(sparse)).properties(
+        width=_FACET_WIDTH, height=_FACET_HEIGHT)
+    return layered.facet(column=alt.Column("model:N", title=None),
+                         row=alt.Row("batch:O", title="batch")).properties(
+        title="Speed-of-light speedup by hardware")
+
+
+# --- 6. Pareto fronts of a search ---------------------------------------------------------------
+
+def _pareto_mask(speedup: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
+    # The search's own definition (twins of a front point are on the front), so a report
+    # never disagrees with `dse search`.
+    from search.scoring import pareto_mask
+    return pareto_mask(speedup, accuracy)
+
+
+def pareto_data(results: pd.DataFrame) -> pd.DataFrame:
+    """Designs of a search in (speedup, accuracy), with the Pareto front marked.
+
+    ``results``: search results (``model, format, speedup, accuracy``; ``batch``,
+    ``hardware``, ``verdict`` and ``pareto`` when present). ``pareto`` is kept when the
+    results have it (the search computed it among designs meeting the target); otherwise it
+    is computed here: non-dominated in (speedup, accuracy), maximizing both, per model and
+    batch, among designs with an accuracy. Columns: ``model, hardware, batch, format, group,
+    speedup, accuracy, pareto`` (bool) and ``verdict`` (``no target`` when absent).
+    """
+    builder = "pareto_data"
+    _require(results, ("model", "format", "speedup", "accuracy"), builder)
+    n = len(results)
+    out = pd.DataFrame({
+        "model": _text(results["model"]).to_numpy(),
+        "hardware": _text(results["hardware"]).to_numpy() if "hardware" in results else None,
+        "batch": pd.array(results["batch"], dtype="Int64") if "batch" in results
+        else pd.array([pd.NA] * n, dtype="Int64"),
+        "format": _text(results["format"]).to_numpy(),
+        "speedup": results["speedup"].to_numpy(dtype=np.float64),
+        "accuracy": results["accuracy"].to_numpy(dtype=np.float64),
+    }, index=pd.RangeIndex(n))
+    out.insert(4, "group", _groups(out["format"]))
+    if "pareto" in results:
+        out["pareto"] = results["pareto"].astype("boolean").fillna(False).to_numpy(dtype=bool)
+    else:
+        front = np.zeros(n, dtype=bool)
+        known = out["accuracy"].notna().to_numpy()
+        speedup, accuracy = out["speedup"].to_numpy(), out["accuracy"].to_numpy()
+        keys = out.groupby(["model", "batch"], dropna=False, sort=False).ngroup().to_numpy()
+        for key in np.unique(keys[known]):
+            pick = np.flatnonzero(known & (keys == key))
+            front[pick] = _pareto_mask(speedup[pick], accuracy[pick])
+        out["pareto"] = front
+    out["verdict"] = _text(results["verdict"]).to_numpy() if "verdict" in results \
+        else "no target"
+    return out
+
+
+def pareto_chart(data: pd.DataFrame) -> alt.FacetChart:
+    """Every design as a faint point, the Pareto front as a line of larger points coloured
+    by pattern group; a column per model, a row per batch when there are several."""
+    groups = _group_order(data["group"])
+    x = alt.X("speedup:Q", title="speedup over dense (x)", scale=alt.Scale(zero=False))
+    y = alt.Y("accuracy:Q", title="accuracy (%)", scale=alt.Scale(zero=False))
+    tooltip = ["model:N", "hardware:N", "batch:Q", "format:N", "verdict:N",
+               alt.Tooltip("speedup:Q", format=".3f"), alt.Tooltip("accuracy:Q", format=".2f")]
+    base = alt.Chart().encode(x=x, y=y)
+    everyone = base.mark_point(size=20, opacity=0.35, color="#888").encode(tooltip=tooltip)
+    front = base.transform_filter(alt.datum.pareto)
+    line = front.mark_line(color="#444", strokeWidth=1).encode(order="speedup:Q")
+    points = front.mark_point(filled=True, size=70).encode(
+        color=alt.Color("group:N", sort=groups, scale=alt.Scale(domain=groups),
+                        title="pattern"), tooltip=tooltip)
+    layered = alt.layer(everyone, line, points, data=_inline(data)).properties(
+        width=_FACET_WIDTH, height=_FACET_HEIGHT)
+    return _facet_by_model(layered, data).properties(
+        title="Search: Pareto front of speedup and accuracy")
+
+
+# --- 7. candidates against the target -----------------------------------------------------------
+
+def target_data(results: pd.DataFrame) -> pd.DataFrame:
+    """The candidate designs of a search scored against its target.
+
+    ``results``: search results with ``role, model, format, speedup_over_baseline,
+    accuracy_drop, verdict`` (and ``rank``, ``batch``, ``hardware`` when present); only
+    ``role == "candidate"`` rows are kept. Columns: ``model, hardware, batch, format, group,
+    speedup_over_baseline`` (x the baseline format), ``accuracy_drop`` (percentage points
+    below the baseline; negative is a gain), ``verdict``, ``rank`` (Int64, NA unless the design
+    meets the target). Sorted by model, batch, rank (NA last), then speedup descending.
+    """
+    builder = "target_data"
+    _require(results, ("role", "model", "format", "speedup_over_baseline", "accuracy_drop",
+                       "verdict"), builder)
+    rows = results[_text(results["role"]).to_numpy() == "candidate"]
+    n = len(rows)
+    out = pd.DataFrame({
+        "model": _text(rows["model"]),
+        "hardware": _text(rows["hardware"]) if "hardware" in rows else None,
+        "batch": rows["batch"].astype("Int64") if "batch" in rows
+        else pd.array([pd.NA] * n, dtype="Int64"),
+        "format": _text(rows["format"]),
+        "speedup_over_baseline": rows["speedup_over_baseline"].to_numpy(dtype=np.float64),
+        "accuracy_drop": rows["accuracy_drop"].to_numpy(dtype=np.float64),
+        "verdict": _text(rows["verdict"]),
+        "rank": rows["rank"].astype("Int64") if "rank" in rows
+        else pd.array([pd.NA] * n, dtype="Int64"),
+    }, index=rows.index)
+    out.insert(4, "group", _groups(out["format"]))
+    out = out.sort_values(["model", "batch", "rank", "speedup_over_baseline"],
+                          ascending=[True, True, True, False], na_position="last",
+                          kind="stable")
+    return out.reset_index(drop=True)
+
+
+def target_chart(data: pd.DataFrame, ratio: float | None = None,
+                 max_acc_drop: float | None = None) -> alt.FacetChart:
+    """Accuracy drop (y, lower is better) against speedup over the baseline (x), coloured by
+    verdict, a column per model (a row per batch when several); ``ratio`` and
+    ``max_acc_drop`` (the target's) draw its two edges as dashed rules."""
+    layers = [alt.Chart().mark_point(filled=True, size=60).encode(
+        x=alt.X("speedup_over_baseline:Q", title="speedup over the baseline (x)",
+                scale=alt.Scale(zero=False)),
+        y=alt.Y("accuracy_drop:Q", title="accuracy drop (percentage points)",
+                scale=alt.Scale(zero=False)),
+        color=alt.Color("verdict:N", title="verdict",
+                        scale=alt.Scale(domain=list(_VERDICTS), range=list(_VERDICT_COLORS))),
+        tooltip=["model:N", "format:N", "verdict:N", "rank:Q",
+                 alt.Tooltip("speedup_over_baseline:Q", format=".3f"),
+                 alt.Tooltip("accuracy_drop:Q", format=".2f")])]
+    if ratio is not None:
+        layers.append(alt.Chart().mark_rule(color="#444", strokeDash=[4, 3]).encode(
+            x=alt.datum(float(ratio))))
+    if max_acc_drop is not None:
+        layers.append(alt.Chart().mark_rule(color="#444", strokeDash=[4, 3]).encode(
+            y=alt.datum(float(max_acc_drop))))
+    layered = alt.layer(*layers, data=_inline(data)).properties(width=_FACET_WIDTH,
+                                                                height=_FACET_HEIGHT)
+    return _facet_by_model(layered, data).properties(title="Candidates against the target")
+
+
+# --- 8. tornado: sensitivity of the speedup to one field at a time ------------------------------
+
+def tornado_data(rows: pd.DataFrame) -> pd.DataFrame:
+    """One-at-a-time sensitivity, tidy: two rows a field, largest swing first.
+
+    ``rows``: one row a field with ``field, low_value, high_value, low_speedup,
+    high_speedup, base_speedup``. Columns: ``field, side`` (``low``/``high``), ``value``
+    (the field's value on that side), ``speedup`` and ``delta`` (= speedup - base_speedup).
+    Fields are ordered by their largest ``|delta|``, descending (ties keep input order); low
+    before high within a field.
+    """
+    builder = "tornado_data"
+    _require(rows, ("field", "low_value", "high_value", "low_speedup", "high_speedup",
+                    "base_speedup"), builder)
+    parts = []
+    for side in ("low", "high"):
+        speedup = rows[f"{side}_speedup"].to_numpy(dtype=np.float64)
+        parts.append(pd.DataFrame({
+            "field": _text(rows["field"]).to_numpy(),
+            "side": side,
+            "value": rows[f"{side}_value"].to_numpy(dtype=np.float64),
+            "speedup": speedup,
+            "delta": speedup - rows["base_speedup"].to_numpy(dtype=np.float64),
+            "_row": np.arange(len(rows)),
+            "_side": 0 if side == "low" else 1,
+        }))
+    out = pd.concat(parts, ignore_index=True)
+    out["_swing"] = out.groupby("_row")["delta"].transform(lambda d: d.abs().max())
+    out = out.sort_values(["_swing", "_row", "_side"], ascending=[False, True, True],
+                          kind="stable")
+    return out.drop(columns=["_row", "_side", "_swing"]).reset_index(drop=True)
+
+
+def tornado_chart(data: pd.DataFrame) -> alt.LayerChart:
+    """Horizontal bars of the change in speedup when one field goes to its low or high value,
+    the largest swing on top."""
+    fields = list(dict.fromkeys(data["field"]))
+    y = alt.Y("field:N", sort=fields, title=None)
+    # yOffset, not stacking: when both sides move the same way, stacked bars would add them.
+    bars = alt.Chart().mark_bar().encode(
+        x=alt.X("delta:Q", title="change in speedup over dense (x, from the base design)",
+                stack=None),
+        y=y,
+        yOffset=alt.YOffset("side:N", sort=["low", "high"]),
+        color=alt.Color("side:N", title="field at", sort=["low", "high"],
+                        scale=alt.Scale(domain=["low", "high"], range=["#1f77b4", "#ff7f0e"])),
+        tooltip=["field:N", "side:N", alt.Tooltip("value:Q", format=".4~g"),
+                 alt.Tooltip("speedup:Q", format=".3f"), alt.Tooltip("delta:Q", format="+.3f")])
+    zero = alt.Chart().mark_rule(color="#444").encode(x=alt.datum(0))
+    return alt.layer(bars, zero, data=_inline(data)).properties(
+        width=420, height=alt.Step(14), title="Sensitivity of the speedup (tornado)")
