@@ -176,7 +176,7 @@ def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[
                 per_hw = len(frame) // (len(accelerators) * len(fusion))
                 hw_index = np.tile(np.repeat(np.arange(len(accelerators)), per_hw),
                                    len(fusion))
-                frame.insert(0, "base_hardware", accelerators_base_name(base))
+                frame.insert(0, "base_hardware", accelerator_models.resolve_path(base).stem)
                 for j, v in enumerate(by_kind["hw"]):
                     frame[v.column] = np.array([vals[j] for vals in hw_grid])[hw_index]
                 for v in by_kind["format"]:
@@ -186,6 +186,3 @@ def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[
                 frames.append(frame)
     return pd.concat(frames, ignore_index=True)
 
-
-def accelerators_base_name(name: str) -> str:
-    return accelerator_models.resolve_path(name).stem

@@ -65,7 +65,8 @@ def evaluate_chunk(problem: Problem, chunk: Chunk, points: _Points) -> pd.DataFr
 
 
 def to_bytes(frame: pd.DataFrame) -> bytes:
-    frame = frame.copy()
+    """The chunk's rows as LZ4-compressed Arrow IPC; label columns become categoricals in
+    place (most already are: the chunk is freshly built and used once)."""
     for column in _CATEGORICAL:
         if column in frame:
             frame[column] = frame[column].astype("category")

@@ -44,7 +44,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import accelerator_models
 from accelerator_models import FIELDS, Accelerator, SpecError
 from accelerator_models.catalog import _flat_spec, resolve_path
 from accelerator_models.loader import build
@@ -509,7 +508,3 @@ class HardwareBuilder:
                                                           values, strict=True)))
         return self._built[key]
 
-
-def catalog_name(base: str) -> str:
-    """The catalog name (file stem) of a base accelerator, for result tables."""
-    return accelerator_models.catalog.resolve_path(base).stem

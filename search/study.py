@@ -173,7 +173,7 @@ def _check_resume_options(request: SearchRequest, stored: Settings, study: str) 
 
 # --- running ----------------------------------------------------------------------------------
 
-def _study_name(request: SearchRequest, settings: Settings) -> str:
+def _study_name(request: SearchRequest) -> str:
     if request.study is not None:
         name = request.study
     else:
@@ -263,7 +263,7 @@ def run_search(request: SearchRequest, stream: TextIO | None = None) -> SearchOu
     if request.resume:
         if request.study is None:
             raise SearchError("--resume needs --study NAME (printed when the search started)")
-        study = _study_name(request, None)  # type: ignore[arg-type]
+        study = _study_name(request)
         out = _out_dir(request, study)
         url = request.storage or sqlite_url(out / "study.db")
         if request.storage is None and not (out / "study.db").exists():
@@ -286,7 +286,7 @@ def run_search(request: SearchRequest, stream: TextIO | None = None) -> SearchOu
         problem = Problem(settings)  # validates every input before anything is written
         settings = _resolve_engine(settings, problem)
         problem.settings = settings
-        study = _study_name(request, settings)
+        study = _study_name(request)
         out = _out_dir(request, study)
         created = _prepare_out(out)
         try:
