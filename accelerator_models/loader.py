@@ -81,6 +81,25 @@ def _block_size(value: Any, where: str) -> int:
     return value
 
 
+def _sm_count(value: Any, where: str) -> int:
+    # A float is taken when it is whole: --vary and search ranges hand every number over as a
+    # float (108.0), and a fractional SM count (1.5) is still an error.
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole or value < 1:
+        raise SpecError(f"{where}: expected a whole number of SMs >= 1, got {value!r}")
+    return int(value)
+
+
+def _non_negative_seconds(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(f"{where}: expected a time in seconds >= 0 such as 5e-6, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise SpecError(f"{where}: must be a finite number of seconds >= 0 (0 = no launch "
+                        f"cost), got {value!r}")
+    return value
+
+
 def _text(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise SpecError(f"{where}: expected a string, got {value!r}")
@@ -93,7 +112,10 @@ def _texts(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-#: Every model field, by dotted key path. Each one moves some output of the evaluator.
+#: Every model field, by dotted key path. Each one moves some output: the rates, the sparse core
+#: and block sparsity move the evaluator's; the on-chip sizes (sm_count,
+#: shared_memory_per_sm_bytes, l2_bytes) and kernel_launch_overhead_s are optional and move the
+#: simulator's (dse.simulate), which the roofline evaluator ignores.
 FIELDS: dict[str, Callable[[Any, str], Any]] = {
     "dram_bandwidth_bytes_per_s": _positive_float,
     **{f"tensor_flops_per_s.{d}": _positive_float for d in TENSOR_DTYPES},
@@ -102,6 +124,10 @@ FIELDS: dict[str, Callable[[Any, str], Any]] = {
     "sparse_tensor.nonzero_rate": _rate_fraction,
     "block_sparse.supported": _bool,
     "block_sparse.min_block_size": _block_size,
+    "sm_count": _sm_count,
+    "shared_memory_per_sm_bytes": _positive_float,
+    "l2_bytes": _positive_float,
+    "kernel_launch_overhead_s": _non_negative_seconds,
 }
 
 #: Descriptive keys: they name and document a spec and move no number.
@@ -226,6 +252,10 @@ def build(flat: Mapping[str, Any], where: str, name: str) -> Accelerator:
         block_sparse=BlockSparse(values["block_sparse.supported"],
                                  values["block_sparse.min_block_size"]),
         sparse_tensor=sparse,
+        sm_count=values.get("sm_count"),
+        shared_memory_per_sm_bytes=values.get("shared_memory_per_sm_bytes"),
+        l2_bytes=values.get("l2_bytes"),
+        kernel_launch_overhead_s=values.get("kernel_launch_overhead_s"),
         aliases=values.get("aliases", ()),
         sources=values.get("sources", ()),
         unverified=values.get("unverified", ()),
@@ -246,7 +276,8 @@ def _parse_cli_value(path: str, text: str) -> Any:
         number = float(text)
     except ValueError:
         raise SpecError(f"--set {path}={text}: expected a number such as 2.0e12") from None
-    return int(number) if parser is _block_size and number.is_integer() else number
+    whole_number = parser in (_block_size, _sm_count) and number.is_integer()
+    return int(number) if whole_number else number
 
 
 def apply_overrides(flat: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:

@@ -65,6 +65,12 @@ class Accelerator:
     vector_flops_per_s: dict[str, float]
     block_sparse: BlockSparse
     sparse_tensor: SparseTensorCore | None = None
+    # On-chip sizes and launch cost: optional, because the roofline evaluator never reads them;
+    # the event-level simulator (dse.simulate) does, and says which one is missing.
+    sm_count: int | None = None
+    shared_memory_per_sm_bytes: float | None = None
+    l2_bytes: float | None = None
+    kernel_launch_overhead_s: float | None = None
     aliases: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     unverified: tuple[str, ...] = ()
@@ -98,3 +104,20 @@ class Accelerator:
     def supports_block(self, block: int) -> bool:
         """Whether b x b block-sparse kernels run on the tensor cores."""
         return self.block_sparse.supported and block >= self.block_sparse.min_block_size
+
+    def on_chip_bytes(self, buffer: str) -> float:
+        """Bytes of the on-chip buffer ``buffer``: ``"smem"`` (shared memory summed over all
+        SMs) or ``"l2"``. Raises :class:`SpecError` naming the field when the spec lacks it."""
+        if buffer == "smem":
+            per_sm = self._on_chip_field("shared_memory_per_sm_bytes")
+            return per_sm * self._on_chip_field("sm_count")
+        if buffer == "l2":
+            return self._on_chip_field("l2_bytes")
+        raise SpecError(f"unknown on-chip buffer {buffer!r}; use \"smem\" or \"l2\"")
+
+    def _on_chip_field(self, name: str) -> float:
+        value = getattr(self, name)
+        if value is None:
+            raise SpecError(f"hardware {self.name!r} has no {name}; set it in the spec or with "
+                            f"--set {name}=VALUE, or pass --buffer-bytes")
+        return value

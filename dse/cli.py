@@ -23,15 +23,19 @@ from .accuracy.data import AccuracyError
 from .accuracy.pipeline import DEFAULT_LEVELS, DEFAULT_PATTERNS
 from .cli_report import add_report_parsers
 from .cli_search import add_search_parser
+from .cli_simulate import add_simulate_parser
 from .evaluator import FUSIONS, SCOPES, EvaluationError, evaluate, evaluate_layers
 from .numerics import Numerics, NumericsError
 from .output import OutputError, check_output_path, format_seconds, write_atomic, write_table
+from .sim_fanout import FanoutError
+from .simulate import SimulationError
 from .sweep import SweepError
 
 __all__ = ["main"]
 
 USER_ERRORS = (SpecError, FormatError, TraceError, EvaluationError, NumericsError, OutputError,
-               AccuracyError, AccuracyTableError, SearchError, SweepError)
+               AccuracyError, AccuracyTableError, SearchError, SweepError, SimulationError,
+               FanoutError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -200,6 +204,7 @@ def _build_parser() -> argparse.ArgumentParser:
     hw_show.add_argument("name", metavar="NAME|PATH")
     _add_hw_arguments(hw_show)
     hw_show.set_defaults(run=_cmd_hw_show)
+    add_simulate_parser(commands, _positive_int)
     add_search_parser(commands, _Parser, _positive_int)
     add_report_parsers(commands, _Parser, _positive_int)
     return parser
@@ -527,7 +532,13 @@ def _field_value(acc, path: str):
     if head == "block_sparse":
         value = getattr(acc.block_sparse, tail)
         return str(value).lower() if isinstance(value, bool) else str(value)
-    return f"{getattr(acc, path):.6g}"
+    value = getattr(acc, path)
+    if value is None:  # an optional field (on-chip sizes, launch overhead) the spec leaves out
+        return None
+    if isinstance(value, int) or path.endswith("_bytes"):
+        # Counts and byte sizes in full: 6 digits would print 40 MiB as 4.1943e+07.
+        return f"{value:.15g}"
+    return f"{value:.6g}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

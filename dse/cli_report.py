@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from .cli_simulate import add_evaluator_options, sim_config_from_args
 from .output import OutputError
+from .sim_fanout import LOCAL
 
 __all__ = ["add_report_parsers", "check_report_dir", "write_search_report"]
 
@@ -69,6 +71,10 @@ def add_report_parsers(commands, parser_class, positive_int) -> None:
     sw.add_argument("--out", type=Path, required=True, metavar="FILE",
                     help="results .parquet/.csv/.json (written atomically)")
     sw.add_argument("--report", type=Path, metavar="DIR", help="also write a report folder")
+    add_evaluator_options(sw, positive_int)
+    sw.add_argument("--dask", nargs="?", const=LOCAL, metavar="tcp://HOST:PORT",
+                    help="with --evaluator simulate: run the simulations on a Dask cluster; "
+                         "alone, a LocalCluster of --workers processes (at least 2)")
     sw.set_defaults(run=_cmd_sweep)
 
     st = commands.add_parser("study", help="built-in sensitivity studies",
@@ -238,8 +244,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     check_report_dir(args.report)
     varies = [parse_vary(v) for v in args.vary]
     traces = [load_trace(m) for m in dict.fromkeys(args.models)]
+    simulate = args.evaluator == "simulate"
+    if args.dask is not None and not simulate:
+        raise OutputError("--dask runs simulations; add --evaluator simulate")
+    workers = max(args.workers, 2) if args.dask == LOCAL else args.workers
     frame = sweep(traces, _split_hw(args.hardware), args.overrides, args.formats, varies,
-                  _batches(args), fusion=(args.fusion,), scope=args.scope)
+                  _batches(args), fusion=(args.fusion,), scope=args.scope,
+                  evaluator=args.evaluator,
+                  sim_config=sim_config_from_args(args) if simulate else None,
+                  workers=workers, dask=args.dask)
     write_table(frame, args.out)
     print(f"wrote {len(frame)} rows ({len(varies)} varied dimensions) to {args.out}")
     if args.report is not None:

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .cli_simulate import add_sim_options, sim_config_from_args
+
 __all__ = ["add_search_parser"]
 
 _EPILOG = """\
@@ -76,6 +78,10 @@ def add_search_parser(commands, parser_class, positive_int) -> None:
                     help="rows of each ranked table to print (default 10)")
     sp.add_argument("--report", type=Path, metavar="DIR",
                     help="also write a report folder: the Pareto front and the target results")
+    sp.add_argument("--evaluator", choices=("roofline", "simulate"),
+                    help="roofline: speed of light (default); simulate: the event-level "
+                         "simulator, one simulation per design (slow: for small spaces)")
+    add_sim_options(sp)
     sp.add_argument("--chunk-points", type=positive_int, metavar="N",
                     help=argparse.SUPPRESS)  # work-unit size, for tests and benchmarks
     sp.set_defaults(run=_cmd_search)
@@ -110,12 +116,17 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 def _cmd_search(args: argparse.Namespace) -> int:
     from search.study import SearchRequest, run_search
 
+    from .sim_fanout import sim_config_dict
+
     request = SearchRequest(
         space=args.space, target=args.target, max_acc_drop=args.max_acc_drop,
         objective=args.objective, minimize=args.minimize, engine=args.engine,
         trials=args.trials, seed=args.seed, storage=args.storage, study=args.study,
         out=args.out, workers=args.workers, resume=args.resume,
-        results_format=args.results_format, top=args.top, chunk_points=args.chunk_points)
+        results_format=args.results_format, top=args.top, chunk_points=args.chunk_points,
+        evaluator=args.evaluator,
+        simulation=(sim_config_dict(sim_config_from_args(args))
+                    if args.evaluator == "simulate" else None))
     if args.report is not None:
         from .cli_report import check_report_dir
 

@@ -28,12 +28,15 @@ from formats import Block, Format, Unstructured
 from formats import parse as parse_format
 from workloads import Trace
 
-from .evaluator import evaluate
+from .evaluator import DEFAULT_NUMERICS, evaluate
 from .numerics import Numerics
+from .sim_fanout import simulated
+from .simulate import SimConfig
 
 __all__ = ["SweepError", "Vary", "parse_vary", "sweep"]
 
 FORMAT_PARAMS = ("sparsity", "block")
+EVALUATORS = ("roofline", "simulate")
 _RANGE = re.compile(r"^\s*([^.]+(?:\.[^.]+)*?)\s*\.\.\s*([^:]+)\s*:\s*(\d+)\s*(?::\s*(log))?\s*$")
 _NUMERIC = {path for path in FIELDS if path not in ("sparse_tensor.patterns",
                                                      "block_sparse.supported")}
@@ -146,8 +149,17 @@ def _formats(formats: Sequence[Format], params: dict[str, float]) -> list[Format
 def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[str],
           formats: Sequence[str | Format], varies: Sequence[Vary], batches: Sequence[int] = (1,),
           fusion: Sequence[str] = ("unfused",), scope: str = "gemm",
-          numerics: Numerics | None = None) -> pd.DataFrame:
-    """Every combination of the ``varies`` (on top of ``batches`` when batch is not varied)."""
+          numerics: Numerics | None = None, evaluator: str = "roofline",
+          sim_config: SimConfig | None = None, workers: int = 1,
+          dask: str | None = None) -> pd.DataFrame:
+    """Every combination of the ``varies`` (on top of ``batches`` when batch is not varied).
+
+    ``evaluator="simulate"`` replaces the roofline's latencies and speedups by the event-level
+    simulator's (``sim_config``), fanned out over ``workers`` local processes or a Dask cluster
+    (``dask``: ``"local"`` or ``tcp://host:port``); see :mod:`dse.sim_fanout`.
+    """
+    if evaluator not in EVALUATORS:
+        raise SweepError(f"unknown evaluator {evaluator!r}; use one of {', '.join(EVALUATORS)}")
     names = [v.name for v in varies]
     if len(set(names)) != len(names):
         raise SweepError(f"--vary {names[0]}: each dimension once")
@@ -160,6 +172,7 @@ def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[
     fmt_grid = list(itertools.product(*(v.values for v in by_kind["format"])))
     kwargs = {} if numerics is None else {"numerics": numerics}
     frames = []
+    by_name: dict[str, dict] = {"traces": {}, "accelerators": {}, "formats": {}}
     for base in hardware:
         accelerators = []
         for values in hw_grid:
@@ -170,7 +183,10 @@ def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[
             params = {v.name[7:]: value for v, value in zip(by_kind["format"], fvalues,
                                                               strict=True)}
             swept = _formats(fmts, params)
+            by_name["accelerators"].update((a.name, a) for a in accelerators)
+            by_name["formats"].update((f.name, f) for f in swept)
             for trace in traces:
+                by_name["traces"][trace.model] = trace
                 frame = evaluate(trace, accelerators, swept, batch_list, fusion=list(fusion),
                                  scope=scope, **kwargs)
                 per_hw = len(frame) // (len(accelerators) * len(fusion))
@@ -184,5 +200,10 @@ def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[
                 if by_kind["batch"]:
                     frame[by_kind["batch"][0].column] = frame["batch"]
                 frames.append(frame)
-    return pd.concat(frames, ignore_index=True)
+    out = pd.concat(frames, ignore_index=True)
+    if evaluator == "simulate":
+        out = simulated(out, by_name["traces"], by_name["accelerators"], by_name["formats"],
+                        sim_config or SimConfig(), numerics or DEFAULT_NUMERICS,
+                        workers=workers, dask=dask)
+    return out
 

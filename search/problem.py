@@ -168,6 +168,8 @@ class Problem:
                          fusion=self.space.fusion, scope=self.space.scope, categorical=True)
         # evaluate's rows run hardware-major: each point's formats x batches together.
         per_point = len(frame) // len(points)
+        if self.simulation is not None:
+            frame = self._simulated(frame, trace, accelerators, formats, per_point)
         local = np.repeat(np.arange(len(points)), per_point)
         frame.insert(2, "hw_point", local + first)
         for j, column in enumerate(self.knob_columns):
@@ -175,6 +177,35 @@ class Problem:
             frame[column] = (label_column(local, values) if isinstance(values[0], str)
                              else np.array(values)[local])
         return score(frame, set(self.candidates), self.accuracy[trace.model], self.target)
+
+
+    @cached_property
+    def simulation(self):
+        """The simulator's settings when the study evaluates with it, else None."""
+        if self.settings.extra.get("evaluator", "roofline") != "simulate":
+            return None
+        from dse.sim_fanout import sim_config_from_dict
+
+        return sim_config_from_dict(self.settings.extra.get("simulation", {}))
+
+    def _simulated(self, frame: pd.DataFrame, trace: Trace, accelerators, formats,
+                   per_point: int) -> pd.DataFrame:
+        """The rows with the simulator's latencies (accelerators of one base share a name, so
+        each hardware point is simulated on its own)."""
+        from dse.evaluator import DEFAULT_NUMERICS
+        from dse.sim_fanout import simulated
+
+        fmts = {parse_format(f).name: parse_format(f) for f in formats}
+        parts = []
+        for i, acc in enumerate(accelerators):
+            part = frame.iloc[i * per_point:(i + 1) * per_point]
+            parts.append(simulated(part, {trace.model: trace}, {acc.name: acc}, fmts,
+                                   self.simulation, DEFAULT_NUMERICS, progress=False))
+        out = pd.concat(parts, ignore_index=True)
+        for column in frame.columns:  # keep the categoricals the engines expect
+            if isinstance(frame[column].dtype, pd.CategoricalDtype):
+                out[column] = out[column].astype(frame[column].dtype)
+        return out
 
 
 def _cell(value: Any) -> Any:

@@ -67,6 +67,9 @@ class SearchRequest:
     results_format: str = "parquet"
     top: int = 10
     chunk_points: int | None = None
+    #: "roofline" or "simulate"; ``simulation``: dse.SimConfig fields (JSON values).
+    evaluator: str | None = None
+    simulation: dict | None = None
 
 
 @dataclass
@@ -127,7 +130,20 @@ def _new_settings(request: SearchRequest) -> Settings:
         else request.max_acc_drop,
         objective=request.objective, minimize=request.minimize,
         engine=request.engine or "auto", trials=trials,
-        seed=0 if request.seed is None else request.seed, chunk_points=chunk)
+        seed=0 if request.seed is None else request.seed, chunk_points=chunk,
+        extra=_evaluator_extra(request))
+
+
+def _evaluator_extra(request: SearchRequest) -> dict:
+    evaluator = request.evaluator or "roofline"
+    if evaluator not in ("roofline", "simulate"):
+        raise SearchError(f"--evaluator {evaluator}: use roofline or simulate")
+    if evaluator == "roofline":
+        return {}
+    from dse.sim_fanout import sim_config_dict, sim_config_from_dict
+
+    config = sim_config_from_dict(request.simulation or {})  # checked before the study exists
+    return {"evaluator": "simulate", "simulation": sim_config_dict(config)}
 
 
 def _resolve_engine(settings: Settings, problem: Problem) -> Settings:
@@ -154,6 +170,14 @@ def _check_resume_options(request: SearchRequest, stored: Settings, study: str) 
             raise SearchError(f"--{key.replace('_', '-')} {value}: study {study!r} was created "
                               f"with {getattr(stored, key)!r}; --resume keeps a study's "
                               "settings (start a new study to change them)")
+    stored_evaluator = stored.extra.get("evaluator", "roofline")
+    if request.evaluator is not None and (
+            request.evaluator != stored_evaluator
+            or _evaluator_extra(request) != {k: v for k, v in stored.extra.items()
+                                             if k in ("evaluator", "simulation")}):
+        raise SearchError(f"--evaluator {request.evaluator}: study {study!r} was created with "
+                          f"the {stored_evaluator} evaluator and its settings; --resume keeps "
+                          "them (start a new study to change them)")
     if request.engine not in (None, "auto") and request.engine != stored.engine:
         raise SearchError(f"--engine {request.engine}: study {study!r} runs the "
                           f"{stored.engine} engine; --resume keeps it")

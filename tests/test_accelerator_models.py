@@ -1,5 +1,6 @@
 """Accelerator specs: the shipped catalog, ``extends``, ``--set`` overrides, strict loading,
-and the acceptance criterion that every field moves some output of the evaluator."""
+and the acceptance criterion that every field moves some output of the evaluator (the on-chip
+sizes and launch overhead move the simulator's instead)."""
 
 from __future__ import annotations
 
@@ -123,6 +124,69 @@ def test_nvidia_ampere_and_later_run_2_4_at_the_dense_rate(name):
     acc = accelerator_models.load(name)
     assert acc.supports_nm(2, 4)
     assert acc.nonzero_rate == 1.0
+
+
+KIB, MIB = 1024, 1024 * 1024
+
+# On-chip sizes from shared/reference/gpu_specs.md, binary units; None where the table gives no
+# figure or marks it unverified (the spec leaves the field out).
+ON_CHIP = {  # name: (sm_count, shared_memory_per_sm_bytes, l2_bytes)
+    "v100": (80, 96 * KIB, 6 * MIB),
+    "a100-40gb": (108, 164 * KIB, 40 * MIB),
+    "a100-80gb": (108, 164 * KIB, 40 * MIB),
+    "h100-sxm": (132, 228 * KIB, 50 * MIB),
+    "h100-pcie": (114, 228 * KIB, 50 * MIB),
+    "h200": (132, 228 * KIB, 50 * MIB),
+    "l4": (58, None, 48 * MIB),
+    "rtx4090": (128, None, 72 * MIB),
+    "b200": (None, None, None),
+    "mi300x": (304, None, 256 * MIB),  # CUs; the Infinity Cache is the last-level cache
+}
+
+
+def test_every_catalog_entry_has_an_on_chip_row():
+    assert set(ON_CHIP) == set(CATALOG)
+
+
+@pytest.mark.parametrize("name", sorted(ON_CHIP))
+def test_catalog_on_chip_sizes_match_reference(name):
+    acc = accelerator_models.load(name)
+    assert (acc.sm_count, acc.shared_memory_per_sm_bytes, acc.l2_bytes) == ON_CHIP[name]
+    assert acc.sm_count is None or isinstance(acc.sm_count, int)
+    # No sourced figure exists; the simulator documents its own default.
+    assert acc.kernel_launch_overhead_s is None
+
+
+def test_on_chip_bytes_of_smem_sums_over_the_sms_and_l2_is_the_l2():
+    a100 = accelerator_models.load("a100")
+    assert a100.on_chip_bytes("smem") == 108 * 164 * KIB
+    assert a100.on_chip_bytes("l2") == 40 * MIB
+
+
+@pytest.mark.parametrize("name, buffer, missing", [
+    ("l4", "smem", "shared_memory_per_sm_bytes"),
+    ("b200", "l2", "l2_bytes"),
+    ("b200", "smem", "shared_memory_per_sm_bytes"),
+])
+def test_on_chip_bytes_names_the_missing_field_and_the_fix(name, buffer, missing):
+    with pytest.raises(SpecError) as info:
+        accelerator_models.load(name).on_chip_bytes(buffer)
+    message = str(info.value)
+    assert f"has no {missing}" in message and f"--set {missing}=VALUE" in message
+    assert "--buffer-bytes" in message and "\n" not in message
+
+
+def test_on_chip_bytes_of_smem_needs_the_sm_count_too():
+    acc = accelerator_models.load("b200", ["shared_memory_per_sm_bytes=233472"])
+    with pytest.raises(SpecError, match=r"has no sm_count.*--set sm_count=VALUE"):
+        acc.on_chip_bytes("smem")
+    acc = accelerator_models.load("b200", ["shared_memory_per_sm_bytes=233472", "sm_count=148"])
+    assert acc.on_chip_bytes("smem") == 148 * 233472
+
+
+def test_on_chip_bytes_rejects_an_unknown_buffer():
+    with pytest.raises(SpecError, match=r"unknown on-chip buffer 'dram'.*smem.*l2"):
+        accelerator_models.load("a100").on_chip_bytes("dram")
 
 
 # --- extends ----------------------------------------------------------------------------------
@@ -255,6 +319,21 @@ def test_set_block_size_is_an_int():
     assert not acc.supports_block(8) and acc.supports_block(16)
 
 
+@pytest.mark.parametrize("override, attribute, expected", [
+    ("sm_count=100", "sm_count", 100),
+    ("sm_count=108.0", "sm_count", 108),  # how dse sweep hands a swept value over
+    ("shared_memory_per_sm_bytes=65536", "shared_memory_per_sm_bytes", 65536.0),
+    ("l2_bytes=2.5e7", "l2_bytes", 2.5e7),
+    ("kernel_launch_overhead_s=4e-6", "kernel_launch_overhead_s", 4e-6),
+    ("kernel_launch_overhead_s=0", "kernel_launch_overhead_s", 0.0),  # no launch cost
+])
+def test_set_on_chip_and_launch_fields(override, attribute, expected):
+    acc = accelerator_models.load("b200", [override])
+    value = getattr(acc, attribute)
+    assert value == expected
+    assert type(value) is type(expected)
+
+
 def test_set_pattern_list():
     acc = accelerator_models.load("a100", ["sparse_tensor.patterns=2:4,1:4,2:8,2:16"])
     assert acc.sparse_tensor.patterns == ((2, 4), (1, 4), (2, 8), (2, 16))
@@ -311,12 +390,22 @@ def test_set_applies_over_extends(tmp_path):
     ("block_sparse.min_block_size=0", "block_sparse.min_block_size"),
     ("block_sparse.min_block_size=65", "block_sparse.min_block_size"),
     ("block_sparse.min_block_size=2.5", "block_sparse.min_block_size"),
+    ("sm_count=0", "sm_count"),
+    ("sm_count=1.5", "sm_count"),
+    ("sm_count=-108", "sm_count"),
+    ("sm_count=many", "sm_count"),
+    ("shared_memory_per_sm_bytes=0", "shared_memory_per_sm_bytes"),
+    ("l2_bytes=-1", "l2_bytes"),
+    ("l2_bytes=inf", "l2_bytes"),
+    ("kernel_launch_overhead_s=-1e-6", "kernel_launch_overhead_s"),
+    ("kernel_launch_overhead_s=nan", "kernel_launch_overhead_s"),
 ])
 def test_bad_set_is_a_spec_error_naming_the_field(override, fragment):
     with pytest.raises(SpecError) as info:
         accelerator_models.load("a100", [override])
     assert fragment in str(info.value)
     assert "--set" in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("override", ["name=fake", "sources=x", "clock_mhz=1"])
@@ -408,6 +497,17 @@ BAD_FILES = {
                           "block_sparse.min_block_size"),
     "min_block_size_float": (MINIMAL.replace("min_block_size = 1", "min_block_size = 4.0"),
                              "block_sparse.min_block_size"),
+    "sm_count_zero": (MINIMAL + "sm_count = 0\n", "sm_count"),
+    "sm_count_fraction": (MINIMAL.replace("sources", "sm_count = 1.5\nsources"), "sm_count"),
+    "sm_count_bool": (MINIMAL.replace("sources", "sm_count = true\nsources"), "sm_count"),
+    "sm_count_string": (MINIMAL.replace("sources", 'sm_count = "108"\nsources'), "sm_count"),
+    "negative_l2": (MINIMAL.replace("sources", "l2_bytes = -41943040\nsources"), "l2_bytes"),
+    "zero_smem": (MINIMAL.replace("sources", "shared_memory_per_sm_bytes = 0\nsources"),
+                  "shared_memory_per_sm_bytes"),
+    "negative_launch_overhead": (MINIMAL.replace("sources", "kernel_launch_overhead_s = -5e-6\n"
+                                                 "sources"), "kernel_launch_overhead_s"),
+    "string_launch_overhead": (MINIMAL.replace("sources", 'kernel_launch_overhead_s = "5us"\n'
+                                               "sources"), "kernel_launch_overhead_s"),
     "supported_not_bool": (MINIMAL.replace("supported = true", 'supported = "yes"'),
                            "block_sparse.supported"),
     "sparse_only_patterns": (MINIMAL + '[sparse_tensor]\npatterns = ["2:4"]\n',
@@ -444,6 +544,22 @@ def test_bad_file_is_a_spec_error_naming_file_and_key(tmp_path, case):
     assert str(path) in message, message
     assert fragment in message, message
     assert "\n" not in message
+
+
+def test_file_on_chip_fields_load_and_zero_launch_overhead_is_allowed(tmp_path):
+    text = MINIMAL.replace("sources", "sm_count = 4\nshared_memory_per_sm_bytes = 1024\n"
+                                      "l2_bytes = 1e6\nkernel_launch_overhead_s = 0\nsources")
+    acc = accelerator_models.load(str(_write(tmp_path / "chip.toml", text)))
+    assert (acc.sm_count, acc.shared_memory_per_sm_bytes, acc.l2_bytes) == (4, 1024.0, 1e6)
+    assert acc.kernel_launch_overhead_s == 0.0
+    assert acc.on_chip_bytes("smem") == 4096.0
+
+
+def test_a_derived_gpu_inherits_and_overrides_on_chip_fields(tmp_path):
+    spec = _write(tmp_path / "bigl2.toml", 'extends = "h100"\nl2_bytes = 104857600\n')
+    acc = accelerator_models.load(str(spec))
+    assert acc.l2_bytes == 100 * MIB
+    assert acc.sm_count == 132 and acc.shared_memory_per_sm_bytes == 228 * KIB
 
 
 def test_duplicate_key_error_says_duplicate(tmp_path):
@@ -543,11 +659,17 @@ MOVES = {
 }
 
 
+# The on-chip sizes and the launch overhead move the simulator's outputs (dse.simulate), not the
+# roofline evaluator's; a test that each moves a simulated latency comes with the simulator.
+SIMULATOR_FIELDS = {"sm_count", "shared_memory_per_sm_bytes", "l2_bytes",
+                    "kernel_launch_overhead_s"}
+
+
 def test_every_field_has_a_moves_case():
-    assert set(MOVES) == set(FIELDS)
+    assert set(MOVES) == set(FIELDS) - SIMULATOR_FIELDS
 
 
-@pytest.mark.parametrize("path", list(FIELDS))
+@pytest.mark.parametrize("path", [p for p in FIELDS if p not in SIMULATOR_FIELDS])
 def test_every_field_moves_some_output(path):
     assert path in MOVES, f"no evaluation setting known under which {path} matters"
     hw, base_overrides, perturbation, fmt, batch, scope, numerics = MOVES[path]
@@ -571,6 +693,20 @@ def test_every_field_moves_some_output(path):
 
     before, after = latency(base), latency(perturbed)
     assert not math.isclose(before, after, rel_tol=1e-6), (path, before, after)
+
+
+@pytest.mark.parametrize("override", ["sm_count=1", "shared_memory_per_sm_bytes=1024",
+                                      "l2_bytes=1024", "kernel_launch_overhead_s=1e-3"])
+def test_the_roofline_evaluator_ignores_the_simulator_fields(override):
+    assert override.partition("=")[0] in SIMULATOR_FIELDS
+
+    def table(acc):
+        return dse.evaluate(BIG, acc, ["2:4", "unstructured@0.9"], [1, 64],
+                            fusion="unfused", scope="all").drop(columns="hardware")
+
+    base = accelerator_models.load("a100")
+    changed = accelerator_models.load("a100", [override])
+    assert table(base).equals(table(changed))
 
 
 def test_slower_rates_never_speed_things_up():

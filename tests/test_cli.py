@@ -305,8 +305,15 @@ def test_hw_show_a100_prints_fields_and_sources(capsys):
     for path in accelerator_models.FIELDS:
         if path in ("tensor_flops_per_s.fp8", "vector_flops_per_s.bf16"):
             continue  # the A100 has no such rate
+        if path == "kernel_launch_overhead_s":
+            continue  # optional, and no catalog entry sets it
         assert path in out, path
     assert "dram_bandwidth_bytes_per_s = 1.555e+12" in out
+    # Counts and byte sizes print in full (6 digits would round 41943040 to 4.1943e+07).
+    assert "  sm_count = 108\n" in out
+    assert "  shared_memory_per_sm_bytes = 167936\n" in out
+    assert "  l2_bytes = 41943040\n" in out
+    assert "kernel_launch_overhead_s" not in out
     assert "sources:" in out
     for source in acc.sources:
         assert source in out
@@ -351,6 +358,23 @@ def test_hw_show_applies_set(capsys):
     assert 'sparse_tensor.patterns = ["2:4", "1:4"]' in out
     assert "dram_bandwidth_bytes_per_s = 5e+12" in out
     assert "sparse_tensor.patterns=2:4,1:4" in out.splitlines()[0]  # the name records it
+
+
+def test_hw_show_skips_the_optional_fields_a_spec_leaves_out(capsys):
+    assert run_cli(["hw", "show", "b200"]) == 0
+    out = capsys.readouterr().out
+    for path in ("sm_count", "shared_memory_per_sm_bytes", "l2_bytes",
+                 "kernel_launch_overhead_s"):
+        assert f"  {path} = " not in out, path
+
+
+def test_hw_show_prints_set_launch_overhead_and_sm_count(capsys):
+    argv = ["hw", "show", "b200", "--set", "kernel_launch_overhead_s=0", "--set",
+            "sm_count=148.0", "--set", "kernel_launch_overhead_s=4.5e-6"]
+    assert run_cli(argv) == 0
+    out = capsys.readouterr().out
+    assert "  sm_count = 148\n" in out
+    assert "  kernel_launch_overhead_s = 4.5e-06\n" in out
 
 
 def test_hw_show_a_spec_file(tmp_path, capsys):
@@ -447,6 +471,7 @@ CASES: dict[str, Case] = {
                              expect=["sparse_tensor.patterns", "4:4"]),
     "hw_min_block_size_65": _hw("blk.toml", HW_OK + "[block_sparse]\nmin_block_size = 65\n",
                                 expect=["block_sparse.min_block_size"]),
+    "hw_sm_count_zero": _hw("sms.toml", HW_OK + "sm_count = 0\n", expect=["sm_count"]),
     "hw_sparse_only_patterns": _hw("half.toml", 'extends = "v100"\n[sparse_tensor]\n'
                                                 'patterns = ["2:4"]\n',
                                    expect=["nonzero_rate"]),
@@ -482,6 +507,9 @@ CASES: dict[str, Case] = {
                              ["block_sparse.supported"]),
     "set_block_size_0": Case([*BASE, "--set", "block_sparse.min_block_size=0"],
                              ["block_sparse.min_block_size"]),
+    "set_sm_count_fraction": Case([*BASE, "--set", "sm_count=1.5"], ["sm_count", "1.5"]),
+    "set_negative_launch_overhead": Case([*BASE, "--set", "kernel_launch_overhead_s=-1e-6"],
+                                         ["kernel_launch_overhead_s"]),
     "hw_show_bad_set": Case(["hw", "show", "a100", "--set", "dram_bandwidth_bytes_per_s=-1"],
                             ["dram_bandwidth_bytes_per_s"], add_out=False),
     # formats

@@ -1,0 +1,210 @@
+"""Many simulations at once: in this process, over local processes, or on a Dask cluster.
+
+Sweeps and searches evaluate with the roofline first (it gives every column they report), then
+``simulated(frame, ...)`` replaces each row's latency, dense latency and speedup by the
+simulator's, keeping the roofline's as ``roofline_latency_s`` and ``roofline_speedup``. Each
+distinct design (model, hardware, format, batch, fusion, scope) is simulated once, its dense
+baseline included. The simulations are independent, so they fan out: ``workers`` local
+processes, or a Dask cluster (``dask="local"`` starts a LocalCluster of ``workers`` processes;
+``dask="tcp://host:port"`` uses a running scheduler, whose workers need this package installed).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from accelerator_models import Accelerator
+from formats import Dense, Format
+from workloads import Trace
+
+from .numerics import Numerics
+from .simulate import SimConfig, SimulationError, simulate
+
+__all__ = ["FanoutError", "SimTask", "simulate_designs", "simulated", "LOCAL"]
+
+#: ``dask=LOCAL`` starts a Dask LocalCluster on this machine.
+LOCAL = "local"
+#: Columns a simulated row adds to the roofline's.
+SIM_COLUMNS = ("roofline_latency_s", "roofline_speedup", "gap_s", "gap_launch_s",
+               "gap_buffer_s", "gap_fill_drain_s", "kernels", "tiles", "sim_dram_bytes",
+               "events")
+
+
+class FanoutError(ValueError):
+    """A cluster that cannot be reached or used; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class SimTask:
+    """One design to simulate; everything a worker process needs (picklable)."""
+
+    trace: Trace
+    accelerator: Accelerator
+    format: Format
+    batch: int
+    fusion: str
+    scope: str
+    config: SimConfig
+    numerics: Numerics
+
+
+def run_task(task: SimTask) -> dict:
+    """Simulate one task and return its summary row (module level, so workers can import it)."""
+    result = simulate(task.trace, task.accelerator, task.format, task.batch, task.fusion,
+                      task.scope, task.config, task.numerics)
+    return result.summary()
+
+
+class _Progress:
+    """A status line on stderr every few seconds, so a long fan-out shows it is alive."""
+
+    def __init__(self, total: int, every_s: float = 2.0) -> None:
+        self.total, self.every_s = total, every_s
+        self.started = self.last = time.monotonic()
+        self.done = 0
+
+    def step(self) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if now - self.last >= self.every_s or self.done == self.total:
+            self.last = now
+            if now - self.started >= self.every_s:
+                print(f"dse: simulated {self.done}/{self.total} designs "
+                      f"({now - self.started:.1f} s)", file=sys.stderr, flush=True)
+
+
+def simulate_designs(tasks: Sequence[SimTask], workers: int = 1, dask: str | None = None,
+                     progress: bool = True) -> list[dict]:
+    """Summaries of ``tasks``, in order."""
+    if workers < 1:
+        raise FanoutError(f"workers {workers}: give at least 1")
+    meter = _Progress(len(tasks)) if progress else None
+    if dask is not None:
+        return _on_dask(list(tasks), workers, dask, meter)
+    if workers == 1 or len(tasks) <= 1:
+        out = []
+        for task in tasks:
+            out.append(run_task(task))
+            if meter:
+                meter.step()
+        return out
+    return _on_processes(list(tasks), workers, meter)
+
+
+def _on_processes(tasks: list[SimTask], workers: int, meter: _Progress | None) -> list[dict]:
+    results: list[dict | None] = [None] * len(tasks)
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+        futures = {pool.submit(run_task, task): i for i, task in enumerate(tasks)}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            if meter:
+                meter.step()
+    return results  # type: ignore[return-value]
+
+
+def _on_dask(tasks: list[SimTask], workers: int, address: str,
+             meter: _Progress | None) -> list[dict]:
+    try:
+        from distributed import Client, LocalCluster
+        from distributed import as_completed as dask_completed
+    except ImportError:  # pragma: no cover - a dependency of the package
+        raise FanoutError("--dask needs the distributed package: pip install "
+                          "'dask[distributed]'") from None
+    cluster = None
+    try:
+        if address == LOCAL:
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            client = Client(cluster)
+        else:
+            try:
+                client = Client(address, timeout="10s")
+            except (OSError, TimeoutError, ValueError) as exc:
+                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise FanoutError(f"--dask {address}: cannot reach a Dask scheduler ({reason}); "
+                                  "start one (`dask scheduler` and `dask worker ADDRESS`) or "
+                                  "give --dask alone for a local cluster") from None
+        with client:
+            futures = client.map(run_task, tasks, pure=False)
+            index = {f.key: i for i, f in enumerate(futures)}
+            results: list[dict | None] = [None] * len(tasks)
+            for future in dask_completed(futures):
+                results[index[future.key]] = future.result()
+                if meter:
+                    meter.step()
+            return results  # type: ignore[return-value]
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def simulated(frame: pd.DataFrame, traces: Mapping[str, Trace],
+              accelerators: Mapping[str, Accelerator], formats: Mapping[str, Format],
+              config: SimConfig, numerics: Numerics, workers: int = 1,
+              dask: str | None = None, progress: bool = True) -> pd.DataFrame:
+    """``frame`` (rows of ``dse.evaluate``) with the simulator's latencies and speedups.
+
+    ``traces``, ``accelerators`` and ``formats`` map the frame's model, hardware and format
+    names to the objects to simulate.
+    """
+    keys = ["model", "hardware", "format", "batch", "fusion", "scope"]
+    rows = frame[keys].astype({"model": str, "hardware": str, "format": str, "fusion": str,
+                               "scope": str})
+    dense = rows.assign(format="dense")
+    designs = pd.concat([rows, dense], ignore_index=True).drop_duplicates(ignore_index=True)
+    tasks = []
+    for model, hw, fmt, batch, fusion, scope in designs.itertuples(index=False):
+        target = formats.get(fmt) or Dense()  # only dense may be missing: the baseline
+        tasks.append(SimTask(traces[model], accelerators[hw], target, int(batch), fusion,
+                             scope, config, numerics))
+    summaries = simulate_designs(tasks, workers=workers, dask=dask, progress=progress)
+    sim = designs.assign(
+        sim_latency_s=[s["latency_s"] for s in summaries],
+        gap_s=[s["gap_s"] for s in summaries],
+        gap_launch_s=[s["gap_launch_s"] for s in summaries],
+        gap_buffer_s=[s["gap_buffer_s"] for s in summaries],
+        gap_fill_drain_s=[s["gap_fill_drain_s"] for s in summaries],
+        kernels=[s["kernels"] for s in summaries],
+        tiles=[s["tiles"] for s in summaries],
+        sim_dram_bytes=[s["dram_bytes"] for s in summaries],
+        events=[s["events"] for s in summaries],
+    )
+    index = pd.MultiIndex.from_frame(sim[keys])
+    own = index.get_indexer(pd.MultiIndex.from_frame(rows))
+    base = index.get_indexer(pd.MultiIndex.from_frame(dense))
+    if (own < 0).any() or (base < 0).any():  # pragma: no cover - designs come from the rows
+        raise SimulationError("internal: a simulated design is missing")
+    out = frame.copy()
+    latency = sim["sim_latency_s"].to_numpy()
+    out["roofline_latency_s"] = out["latency_s"]
+    out["roofline_speedup"] = out["speedup"]
+    out["latency_s"] = latency[own]
+    out["dense_latency_s"] = latency[base]
+    out["speedup"] = latency[base] / latency[own]
+    for column in ("gap_s", "gap_launch_s", "gap_buffer_s", "gap_fill_drain_s", "kernels",
+                   "tiles", "sim_dram_bytes", "events"):
+        out[column] = sim[column].to_numpy()[own]
+    out["evaluator"] = "simulate"
+    return out
+
+
+def sim_config_dict(config: SimConfig) -> dict:
+    """A config as plain JSON values (for stored search settings)."""
+    data = dict(config.__dict__)
+    if data["buffer_bytes"] is not None and not np.isfinite(data["buffer_bytes"]):
+        data["buffer_bytes"] = "inf"
+    return data
+
+
+def sim_config_from_dict(data: Mapping) -> SimConfig:
+    data = dict(data)
+    if data.get("buffer_bytes") == "inf":
+        data["buffer_bytes"] = float("inf")
+    return SimConfig(**data).check()

@@ -1,0 +1,336 @@
+"""The event-level simulator's API: one design in, per-op latencies, a timeline and gaps out.
+
+``simulate(trace, hardware, format, batch, fusion, scope, SimConfig(...))`` plans the design
+(:mod:`dse.sim_plan`), plays it out in SimPy (:mod:`dse.simulator`) and returns a
+:class:`Simulation` holding:
+
+* ``ops``: one row per op: start, end and latency (an op's latency runs from the end of the
+  previous op, so latencies add up to the total), its roofline time under the same fusion model,
+  the gap and its causes: ``launch_s`` (kernel launch overhead), ``buffer_s`` (the roofline time
+  of the op's extra traffic: inputs or weights re-read because the tiles are smaller than the
+  op, intermediates spilled because they did not fit on chip) and ``fill_drain_s`` (the rest:
+  loads and stores that did not overlap compute, pipeline fill and drain; negative where weights
+  loaded during an earlier op hid part of this op's traffic);
+* ``timeline``: one row per busy interval of DRAM, tensor, sparse tensor and vector cores;
+* ``utilization``: the busy fraction of each resource over time.
+
+Settings: the buffer is shared memory x SMs (``smem``, the default) or the L2 (``l2``) of the
+hardware spec, or ``buffer_bytes`` (``math.inf``: unlimited); ``depth`` buffer stages (2 = double
+buffering); the launch overhead is the spec's ``kernel_launch_overhead_s``, else
+:data:`DEFAULT_LAUNCH_OVERHEAD_S`; ``overlap`` ``pipelined`` or ``full`` (the roofline's
+assumption); ``prefetch_depth`` ops ahead whose weights load early under ``fused_prefetched``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+import accelerator_models
+from accelerator_models import Accelerator, SpecError
+from formats import Format
+from formats import parse as parse_format
+from workloads import Trace, load_trace
+
+from .evaluator import DEFAULT_NUMERICS, evaluate
+from .numerics import Numerics
+from .sim_plan import Plan, PlanError, Work, plan, work
+from .simulator import OVERLAPS, PHASES, RESOURCES, EventLog, run
+
+__all__ = [
+    "BUFFERS",
+    "DEFAULT_LAUNCH_OVERHEAD_S",
+    "SimConfig",
+    "Simulation",
+    "SimulationError",
+    "simulate",
+]
+
+#: Per-kernel overhead when the spec gives none: the smallest (median - speed of light) time of
+#: any dense GEMM measured on an H100 SXM in benchmarks/gpu/results/gemm_measurements.csv
+#: (cuBLAS, DeiT-S proj 384 x 384 x 197: 6.05 us median against 0.18 us at speed of light; the
+#: smallest difference over all dense rows is 5.46 us). Host launch time is hidden from those
+#: medians, so this is the GPU-side fixed cost of a kernel, not Python's.
+DEFAULT_LAUNCH_OVERHEAD_S = 5.5e-6
+BUFFERS = ("smem", "l2")
+
+
+class SimulationError(ValueError):
+    """Settings or inputs a simulation cannot use; the message names the input and the fix."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How to simulate: buffer, buffering depth, launch overhead, overlap model, prefetch."""
+
+    buffer: str = "smem"
+    buffer_bytes: float | None = None
+    depth: int = 2
+    launch_overhead_s: float | None = None
+    overlap: str = "pipelined"
+    prefetch_depth: int = 1
+    utilization_bins: int = 100
+
+    def check(self) -> SimConfig:
+        if self.buffer not in BUFFERS:
+            raise SimulationError(f"unknown buffer {self.buffer!r}; use one of "
+                                  f"{', '.join(BUFFERS)} or give buffer bytes")
+        if self.buffer_bytes is not None and not self.buffer_bytes > 0:
+            raise SimulationError(f"buffer bytes {self.buffer_bytes!r}: give a positive size "
+                                  "(inf for unlimited)")
+        if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 1:
+            raise SimulationError(f"depth {self.depth!r}: give an integer >= 1 "
+                                  "(2 = double buffering)")
+        lo = self.launch_overhead_s
+        if lo is not None and not (math.isfinite(lo) and lo >= 0):
+            raise SimulationError(f"launch overhead {lo!r} s: give a finite number >= 0 "
+                                  "(0 = none)")
+        if self.overlap not in OVERLAPS:
+            raise SimulationError(f"unknown overlap {self.overlap!r}; use one of "
+                                  f"{', '.join(OVERLAPS)}")
+        if (isinstance(self.prefetch_depth, bool) or not isinstance(self.prefetch_depth, int)
+                or self.prefetch_depth < 0):
+            raise SimulationError(f"prefetch depth {self.prefetch_depth!r}: give an integer "
+                                  ">= 0 (0 = no prefetch)")
+        if self.utilization_bins < 1:
+            raise SimulationError("utilization bins must be at least 1")
+        return self
+
+    @classmethod
+    def roofline(cls) -> SimConfig:
+        """Unlimited buffer, no launch overhead, full overlap, unlimited prefetch: the
+        settings under which the simulator reproduces the roofline."""
+        return cls(buffer_bytes=math.inf, launch_overhead_s=0.0, overlap="full",
+                   prefetch_depth=1 << 30)
+
+
+@dataclass(frozen=True, eq=False)
+class Simulation:
+    """The result of one simulated design."""
+
+    design: dict
+    config: SimConfig
+    buffer_bytes: float
+    launch_overhead_s: float
+    ops: pd.DataFrame
+    timeline: pd.DataFrame
+    utilization: pd.DataFrame
+    roofline_latency_s: float
+    events: int
+    wall_s: float
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def latency_s(self) -> float:
+        return float(self.ops["end_s"].iloc[-1]) if len(self.ops) else 0.0
+
+    @property
+    def tiles(self) -> int:
+        return int(self.ops["tiles"].sum())
+
+    def busy_fraction(self) -> dict[str, float]:
+        """Share of the total latency each resource was busy."""
+        total = self.latency_s
+        busy = (self.timeline["end_s"] - self.timeline["start_s"]).groupby(
+            self.timeline["resource"], observed=False).sum()
+        return {r: (float(busy.get(r, 0.0)) / total if total > 0 else 0.0) for r in RESOURCES}
+
+    def summary(self) -> dict:
+        """One row of figures for tables and sweeps."""
+        gap = self.latency_s - self.roofline_latency_s
+        causes = {c: float(self.ops[f"{c}_s"].sum()) for c in ("launch", "buffer")}
+        # The rest of the total gap; per op it is the ops' own fill/drain, but under
+        # fused_prefetched the total roofline is one max over the graph, below the sum of the
+        # ops' own, and what prefetching gains shows here.
+        causes["fill_drain"] = gap - causes["launch"] - causes["buffer"]
+        return {
+            **self.design,
+            "latency_s": self.latency_s,
+            "roofline_latency_s": self.roofline_latency_s,
+            "gap_s": gap,
+            "gap_share": gap / self.latency_s if self.latency_s > 0 else 0.0,
+            **{f"gap_{c}_s": v for c, v in causes.items()},
+            "kernels": int(self.ops["kernel_start"].sum()),
+            "tiles": self.tiles,
+            "dram_bytes": float(self.ops["dram_bytes"].sum()),
+            "roofline_dram_bytes": float(self.ops["roofline_dram_bytes"].sum()),
+            **{f"busy_{r}": v for r, v in self.busy_fraction().items()},
+            "buffer_bytes": self.buffer_bytes,
+            "depth": self.config.depth,
+            "launch_overhead_s": self.launch_overhead_s,
+            "overlap": self.config.overlap,
+            "events": self.events,
+        }
+
+
+def resolve_buffer(acc: Accelerator, config: SimConfig) -> float:
+    """The on-chip buffer in bytes: given, or from the spec's on-chip sizes."""
+    if config.buffer_bytes is not None:
+        return float(config.buffer_bytes)
+    try:
+        return float(acc.on_chip_bytes(config.buffer))
+    except SpecError as exc:
+        raise SimulationError(str(exc)) from None
+
+
+def resolve_launch(acc: Accelerator, config: SimConfig) -> float:
+    if config.launch_overhead_s is not None:
+        return float(config.launch_overhead_s)
+    spec = getattr(acc, "kernel_launch_overhead_s", None)
+    return DEFAULT_LAUNCH_OVERHEAD_S if spec is None else float(spec)
+
+
+def simulate(
+    trace: Trace | str,
+    hardware: Accelerator | str,
+    fmt: Format | str,
+    batch: int = 1,
+    fusion: str = "unfused",
+    scope: str = "gemm",
+    config: SimConfig | None = None,
+    numerics: Numerics = DEFAULT_NUMERICS,
+) -> Simulation:
+    """Simulate one design; see the module docstring for what comes back."""
+    config = (config or SimConfig()).check()
+    trace = trace if isinstance(trace, Trace) else load_trace(trace)
+    acc = hardware if isinstance(hardware, Accelerator) else accelerator_models.load(hardware)
+    fmt = parse_format(fmt) if isinstance(fmt, str) else fmt
+    if isinstance(batch, bool) or not isinstance(batch, int | np.integer) or batch < 1:
+        raise SimulationError(f"batch size {batch!r} is not a positive integer")
+    buffer_bytes = resolve_buffer(acc, config)
+    launch = resolve_launch(acc, config)
+    started = time.perf_counter()
+    w = work(trace, acc, fmt, int(batch), fusion, scope, numerics)
+    try:
+        p = plan(w, buffer_bytes, config.depth, launch, config.prefetch_depth)
+    except PlanError as exc:
+        raise SimulationError(str(exc)) from None
+    log = run(p, config.overlap, config.prefetch_depth)
+    wall = time.perf_counter() - started
+    design = {"model": trace.model, "hardware": acc.name, "format": w.format.name,
+              "batch": int(batch), "fusion": fusion, "scope": scope}
+    rows = evaluate(trace, acc, w.format, int(batch), fusion=fusion, scope=scope,
+                    numerics=numerics)
+    roofline = float(rows.loc[rows["format"] == w.format.name, "latency_s"].iloc[0])
+    ops = _ops_frame(p, log, design)
+    timeline = _timeline_frame(p, log, design)
+    utilization = _utilization_frame(timeline, log.latency_s, config.utilization_bins, design)
+    return Simulation(design=design, config=config, buffer_bytes=buffer_bytes,
+                      launch_overhead_s=launch, ops=ops, timeline=timeline,
+                      utilization=utilization, roofline_latency_s=roofline, events=log.events,
+                      wall_s=wall)
+
+
+def roofline_memory_bytes(w: Work) -> np.ndarray:
+    """Per op, the bytes the roofline moves under ``w.fusion`` (all ops of the trace)."""
+    if w.fusion == "unfused":
+        features = w.input_bytes + w.output_bytes
+    else:
+        features = w.model_input_bytes + np.where(w.is_output, w.output_bytes, 0.0)
+    return w.weight_bytes + features
+
+
+def _ops_frame(p: Plan, log: EventLog, design: dict) -> pd.DataFrame:
+    w = p.work
+    ops = w.trace.ops
+    j = p.ops
+    compute = w.compute_s[j]
+    roof_bytes = roofline_memory_bytes(w)[j]
+    roofline = np.maximum(compute, roof_bytes * w.inv_bw)
+    sim_bytes = p.load_bytes + p.store_bytes
+    at_sim_traffic = np.maximum(compute, sim_bytes * w.inv_bw)
+    previous_end = np.concatenate([[0.0], log.op_end[:-1]])
+    latency = log.op_end - previous_end
+    launch = log.op_launch
+    buffer = at_sim_traffic - roofline
+    fill_drain = latency - launch - at_sim_traffic
+    gap = latency - roofline
+    causes = np.stack([launch, buffer, fill_drain], axis=1)
+    names = np.array(["launch", "buffer-bound", "fill/drain"], dtype=object)
+    tolerance = 1e-9 * np.maximum(roofline, 1e-12)
+    why = np.where((gap > tolerance) & (causes.max(axis=1) > tolerance),
+                   names[np.argmax(causes, axis=1)], "")
+    unit = np.where(w.tensor_s[j] > 0, np.where(w.tensor_unit[j] == 1, "sparse_tensor", "tensor"),
+                    "vector")
+    frame = pd.DataFrame({
+        "op": ops["name"].to_numpy(dtype=object)[j],
+        "op_index": j.astype(np.int64),
+        "kind": ops["kind"].to_numpy(dtype=object)[j],
+        "unit": unit,
+        "tiles": p.tiles,
+        "start_s": log.op_begin,
+        "end_s": log.op_end,
+        "latency_s": latency,
+        "roofline_s": roofline,
+        "gap_s": gap,
+        "launch_s": launch,
+        "buffer_s": buffer,
+        "fill_drain_s": fill_drain,
+        "why": why,
+        "compute_s": compute,
+        "dram_bytes": sim_bytes,
+        "roofline_dram_bytes": roof_bytes,
+        "prefetch_bytes": p.prefetch_bytes,
+        "kernel_start": p.kernel_start,
+        "resident_output": p.resident_output,
+        "tile_bytes": p.footprint,
+    })
+    return _with_design(frame, design)
+
+
+def _with_design(frame: pd.DataFrame, design: dict) -> pd.DataFrame:
+    for i, (key, value) in enumerate(design.items()):
+        frame.insert(i, key, value)
+    return frame
+
+
+def _timeline_frame(p: Plan, log: EventLog, design: dict) -> pd.DataFrame:
+    names = p.work.trace.ops["name"].to_numpy(dtype=object)
+    order = np.lexsort((log.start, log.resource))
+    trace_index = p.ops[log.op[order]] if len(order) else np.zeros(0, dtype=np.int64)
+    frame = pd.DataFrame({
+        "resource": np.array(RESOURCES, dtype=object)[log.resource[order]],
+        "op": names[trace_index],
+        "op_index": trace_index.astype(np.int64),
+        "tile": log.tile[order],
+        "phase": np.array(PHASES, dtype=object)[log.phase[order]],
+        "start_s": log.start[order],
+        "end_s": log.end[order],
+        "bytes": log.bytes[order],
+    })
+    return _with_design(frame, design)
+
+
+def busy_between(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Busy time of non-overlapping intervals inside each ``[edges[i], edges[i+1])``."""
+    starts, ends = np.sort(starts), np.sort(ends)
+    cum_start = np.concatenate([[0.0], np.cumsum(starts)])
+    cum_end = np.concatenate([[0.0], np.cumsum(ends)])
+    # Busy time before t: sum over intervals started of (t - start) minus over ended (t - end).
+    k_s = np.searchsorted(starts, edges, side="right")
+    k_e = np.searchsorted(ends, edges, side="right")
+    before = (edges * k_s - cum_start[k_s]) - (edges * k_e - cum_end[k_e])
+    return np.diff(before)
+
+
+def _utilization_frame(timeline: pd.DataFrame, total: float, bins: int,
+                       design: dict) -> pd.DataFrame:
+    edges = np.linspace(0.0, total, bins + 1) if total > 0 else np.zeros(2)
+    width = np.diff(edges)
+    rows = []
+    for resource in RESOURCES:
+        part = timeline[timeline["resource"] == resource]
+        busy = busy_between(part["start_s"].to_numpy(), part["end_s"].to_numpy(), edges)
+        share = np.divide(busy, width, out=np.zeros_like(busy), where=width > 0)
+        rows.append(pd.DataFrame({"resource": resource, "start_s": edges[:-1],
+                                  "end_s": edges[1:], "utilization": np.clip(share, 0.0, 1.0)}))
+    return _with_design(pd.concat(rows, ignore_index=True), design)
+
+
+def with_settings(config: SimConfig, **changes) -> SimConfig:
+    """``config`` with some fields changed, checked."""
+    return replace(config, **changes).check()

@@ -1,0 +1,352 @@
+"""The event-level simulator: it reproduces the roofline where it must, never beats it, and plays
+out small hand-made cases event by event."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import accelerator_models
+import dse
+from dse.simulate import SimConfig, SimulationError, busy_between, simulate
+from formats import Dense
+from tests.strategies import accelerators, any_formats, traces
+from workloads import Trace
+
+UNLIMITED = SimConfig.roofline()
+ROOFLINE_TOL = 1e-6  # the acceptance tolerance; the observed error is ~1e-12
+
+
+def _per_op_roofline(trace, hw, fmt, batch, fusion, scope):
+    # fused_prefetched has no per-op roofline; its ops are priced as fused.
+    per_op = "fused" if fusion == "fused_prefetched" else fusion
+    layers = dse.evaluate_layers(trace, hw, fmt, batch, fusion=per_op, scope=scope)
+    name = layers["format"].iloc[-1]
+    return layers[layers["format"] == name].reset_index(drop=True)
+
+
+@pytest.mark.parametrize("model", ["convnext_tiny", "swin_tiny", "toy_hybrid"])
+@pytest.mark.parametrize("fmt", ["dense", "2:4", "1:4", "block16@87.5%", "unstructured@90%"])
+@pytest.mark.parametrize("fusion", ["unfused", "fused"])
+@pytest.mark.parametrize("batch", [1, 16])
+def test_unlimited_simulation_equals_the_roofline_per_op(model, fmt, fusion, batch):
+    scope = "all"
+    result = simulate(model, "a100", fmt, batch, fusion, scope, UNLIMITED)
+    ref = _per_op_roofline(model, "a100", fmt, batch, fusion, scope)
+    assert list(result.ops["op"]) == list(ref["op"])
+    np.testing.assert_allclose(result.ops["latency_s"], ref["time_s"], rtol=ROOFLINE_TOL,
+                               atol=1e-18)
+    np.testing.assert_allclose(result.ops["roofline_s"], ref["time_s"], rtol=1e-12, atol=1e-18)
+    assert result.latency_s == pytest.approx(result.roofline_latency_s, rel=ROOFLINE_TOL)
+    assert (result.ops["tiles"] == 1).all()
+
+
+@pytest.mark.parametrize("model", ["convnext_tiny", "swin_tiny"])
+@pytest.mark.parametrize("fmt", ["dense", "2:4", "block8@75%"])
+@pytest.mark.parametrize("scope", ["gemm", "all"])
+@pytest.mark.parametrize("fusion", dse.FUSIONS)
+def test_unlimited_simulation_equals_the_roofline_in_total(model, fmt, scope, fusion):
+    # fused_prefetched included: with unlimited prefetch the DRAM stream runs ahead freely,
+    # which is the whole-graph roofline max(sum compute, sum memory).
+    result = simulate(model, "h100", fmt, 4, fusion, scope, UNLIMITED)
+    table = dse.evaluate(model, "h100", fmt, 4, fusion=fusion, scope=scope)
+    expected = table.loc[table["format"] == result.design["format"], "latency_s"].iloc[0]
+    assert result.latency_s == pytest.approx(expected, rel=ROOFLINE_TOL)
+    assert result.roofline_latency_s == expected
+
+
+configs = st.builds(
+    SimConfig,
+    buffer_bytes=st.one_of(st.just(math.inf), st.floats(2e4, 5e7)),
+    depth=st.integers(1, 4),
+    launch_overhead_s=st.sampled_from([0.0, 1e-7, 5.5e-6]),
+    overlap=st.sampled_from(["pipelined", "full"]),
+    prefetch_depth=st.integers(0, 3),
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=traces(max_ops=6), hw=accelerators(), fmt=any_formats,
+       batch=st.integers(1, 64), fusion=st.sampled_from(dse.FUSIONS),
+       scope=st.sampled_from(dse.SCOPES), config=configs)
+def test_never_below_the_roofline(trace, hw, fmt, batch, fusion, scope, config):
+    if scope == "gemm" and not trace.ops["prunable"].any():
+        scope = "all"
+    try:
+        result = simulate(trace, hw, fmt, batch, fusion, scope, config)
+    except SimulationError as exc:
+        assume("smaller than the smallest tiles" not in str(exc))
+        raise
+    slack = 1 + 1e-9
+    assert result.latency_s * slack >= result.roofline_latency_s
+    ops = result.ops
+    assert (ops["dram_bytes"] * slack >= ops["roofline_dram_bytes"]).all()
+    assert np.all(np.diff(ops["end_s"]) >= 0)
+    assert ops["latency_s"].sum() == pytest.approx(result.latency_s, rel=1e-9, abs=1e-18)
+    if fusion != "fused_prefetched":  # nothing crosses op boundaries: each op is bounded
+        assert (ops["latency_s"] * slack + 1e-18 >= ops["roofline_s"]).all()
+    # The gap's causes account for it exactly.
+    causes = ops["launch_s"] + ops["buffer_s"] + ops["fill_drain_s"]
+    np.testing.assert_allclose(causes, ops["gap_s"], rtol=1e-9, atol=1e-15)
+    # Resources never do two things at once.
+    for _, part in result.timeline.groupby("resource"):
+        part = part.sort_values("start_s")
+        assert (part["start_s"].to_numpy()[1:] >= part["end_s"].to_numpy()[:-1]
+                - 1e-15 * max(result.latency_s, 1e-30)).all()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=traces(max_ops=6), hw=accelerators(), batch=st.integers(1, 32),
+       fusion=st.sampled_from(dse.FUSIONS), buffer=st.floats(1e5, 1e7),
+       factor=st.floats(1.5, 50.0))
+def test_a_larger_buffer_never_moves_more_bytes(trace, hw, batch, fusion, buffer, factor):
+    try:
+        small = simulate(trace, hw, Dense(), batch, fusion, "all",
+                         SimConfig(buffer_bytes=buffer, launch_overhead_s=0.0))
+    except SimulationError:
+        assume(False)
+    large = simulate(trace, hw, Dense(), batch, fusion, "all",
+                     SimConfig(buffer_bytes=buffer * factor, launch_overhead_s=0.0))
+    if fusion == "unfused":  # residency is greedy; without it traffic is per-op monotone
+        assert (large.ops["dram_bytes"] <= small.ops["dram_bytes"] * (1 + 1e-12)).all()
+    assert large.ops["tiles"].sum() <= small.ops["tiles"].sum()
+
+
+# --- one layer, two tiles: the exact event sequence --------------------------------------------
+
+BW = 1e9  # bytes/s: 1 KB is 1.024 us
+PEAK = 2 * 32 * 64 * 32 / 8e-6  # the layer's 131072 FLOPs take 8 us
+
+
+def _one_layer() -> Trace:
+    record = {"name": "fc", "kind": "linear", "m": 32, "k": 64, "n": 32, "groups": 1,
+              "weight_elems": 32 * 64, "input_elems": 64 * 32, "output_elems": 32 * 32,
+              "vector_flops": 0.0, "prunable": True, "producers": ["input"]}
+    return Trace.from_records("one_layer", [64 * 32], [record], {"source": "test"})
+
+
+def _hw():
+    return accelerator_models.load("a100", [f"dram_bandwidth_bytes_per_s={BW}",
+                                            f"tensor_flops_per_s.fp16={PEAK}"])
+
+
+def _events(result) -> list[tuple]:
+    tl = result.timeline.sort_values(["start_s", "resource"], kind="stable")
+    return [(r.resource, r.phase, r.tile, round(r.start_s * 1e9, 6), round(r.end_s * 1e9, 6))
+            for r in tl.itertuples()]
+
+
+def _two_tiles(**changes) -> dse.simulate.Simulation:
+    # W = X = 4096 bytes, Y = 2048. A 16384-byte buffer at depth 2 gives 8192-byte stages:
+    # the whole layer (10240) does not fit; halving N (weights read twice) gives two 7168-byte
+    # tiles of 6144 bytes in (2 W + X over 2) and 1024 out. Halving M instead moves as much;
+    # the tie goes to the first cut considered (N).
+    config = SimConfig(buffer_bytes=16384, depth=2, launch_overhead_s=0.0).__dict__ | changes
+    return simulate(_one_layer(), _hw(), "dense", 1, "unfused", "gemm", SimConfig(**config))
+
+
+def test_two_tiles_are_planned_as_computed_by_hand():
+    ops = _two_tiles().ops
+    assert ops["tiles"].tolist() == [2]
+    assert ops["dram_bytes"].tolist() == [2 * 4096 + 4096 + 2048]
+    assert ops["roofline_dram_bytes"].tolist() == [4096 + 4096 + 2048]
+    assert ops["tile_bytes"].tolist() == [4096 + 2048 + 1024]
+
+
+def test_double_buffering_event_sequence():
+    # Load 1 follows load 0 on DRAM while tile 0 computes; store 0 waits for DRAM behind load 1.
+    assert _events(_two_tiles()) == [
+        ("dram", "load", 0, 0.0, 6144.0),
+        ("dram", "load", 1, 6144.0, 12288.0),
+        ("tensor", "compute", 0, 6144.0, 10144.0),
+        ("dram", "store", 0, 12288.0, 13312.0),
+        ("tensor", "compute", 1, 12288.0, 16288.0),
+        ("dram", "store", 1, 16288.0, 17312.0),
+    ]
+
+
+def test_single_buffering_event_sequence():
+    assert _events(_two_tiles(depth=1, buffer_bytes=8192)) == [
+        ("dram", "load", 0, 0.0, 6144.0),
+        ("tensor", "compute", 0, 6144.0, 10144.0),
+        ("dram", "store", 0, 10144.0, 11168.0),
+        ("dram", "load", 1, 11168.0, 17312.0),
+        ("tensor", "compute", 1, 17312.0, 21312.0),
+        ("dram", "store", 1, 21312.0, 22336.0),
+    ]
+
+
+def test_full_overlap_event_sequence_and_gap():
+    result = _two_tiles(overlap="full")
+    assert _events(result) == [
+        ("dram", "load", 0, 0.0, 7168.0),
+        ("tensor", "compute", 0, 0.0, 4000.0),
+        ("tensor", "compute", 1, 4000.0, 8000.0),
+        ("dram", "load", 1, 7168.0, 14336.0),
+    ]
+    op = result.ops.iloc[0]
+    assert op["roofline_s"] == pytest.approx(10.24e-6, rel=1e-12)
+    assert op["buffer_s"] == pytest.approx(4.096e-6, rel=1e-9)  # the weights read twice
+    assert op["fill_drain_s"] == pytest.approx(0.0, abs=1e-18)
+    assert op["why"] == "buffer-bound"
+
+
+def test_launch_overhead_delays_everything_and_is_named():
+    result = _two_tiles(launch_overhead_s=1e-6)
+    shifted = [(r, p, t, s + 1000.0, e + 1000.0) for r, p, t, s, e in _events(_two_tiles())]
+    assert _events(result) == shifted
+    op = result.ops.iloc[0]
+    assert op["launch_s"] == 1e-6
+    assert op["latency_s"] == pytest.approx(18.312e-6, rel=1e-12)
+    assert op["gap_s"] == pytest.approx(18.312e-6 - 10.24e-6, rel=1e-9)
+
+
+def test_event_count_is_reported():
+    result = _two_tiles()
+    assert result.events > 2 * 6  # each interval is at least a request and a timeout
+    assert result.summary()["events"] == result.events
+
+
+# --- fusion, spills and prefetch ---------------------------------------------------------------
+
+def _chain() -> Trace:
+    """fc1 (64 -> 64 features x 64 tokens) -> fc2: one intermediate of 8192 bytes."""
+    def linear(name, producers):
+        return {"name": name, "kind": "linear", "m": 64, "k": 64, "n": 64, "groups": 1,
+                "weight_elems": 64 * 64, "input_elems": 64 * 64, "output_elems": 64 * 64,
+                "vector_flops": 0.0, "prunable": True, "producers": producers}
+    return Trace.from_records("chain", [64 * 64],
+                              [linear("fc1", ["input"]), linear("fc2", ["fc1"])],
+                              {"source": "test"})
+
+
+def test_fused_intermediate_stays_on_chip_when_it_fits():
+    result = simulate(_chain(), _hw(), "dense", 1, "fused", "all",
+                      SimConfig(buffer_bytes=1e6, launch_overhead_s=1e-6))
+    ops = result.ops
+    assert ops["resident_output"].tolist() == [True, False]
+    # fc1 reads the model input and its weights; fc2 its weights and writes the model output.
+    assert ops["dram_bytes"].tolist() == [8192 + 8192, 8192 + 8192]
+    assert ops["kernel_start"].tolist() == [True, False]  # one fused kernel, one launch
+    assert result.summary()["kernels"] == 1
+
+
+def test_fused_intermediate_spills_when_it_does_not_fit():
+    # Smallest tiles: 16 rows of weights (2048) + 16 columns of input (2048) + 16 x 16 outputs
+    # (512) = 4608 bytes, 9216 at depth 2; the 8192-byte intermediate on top does not fit.
+    result = simulate(_chain(), _hw(), "dense", 1, "fused", "all",
+                      SimConfig(buffer_bytes=12000, launch_overhead_s=1e-6))
+    ops = result.ops
+    assert ops["resident_output"].tolist() == [False, False]
+    assert ops["kernel_start"].tolist() == [True, True]
+    assert (ops["dram_bytes"] > ops["roofline_dram_bytes"]).all()
+    assert (ops["buffer_s"] > 0).all()
+
+
+def test_unfused_keeps_nothing_on_chip():
+    result = simulate(_chain(), _hw(), "dense", 1, "unfused", "all",
+                      SimConfig(buffer_bytes=1e6))
+    assert not result.ops["resident_output"].any()
+    assert result.ops["kernel_start"].all()
+
+
+@pytest.mark.parametrize("depth, prefetched", [(0, 0.0), (1, 8192.0)])
+def test_next_op_weights_prefetch(depth, prefetched):
+    result = simulate(_chain(), _hw(), "dense", 1, "fused_prefetched", "all",
+                      SimConfig(buffer_bytes=1e6, launch_overhead_s=0.0, prefetch_depth=depth))
+    ops = result.ops
+    assert ops["prefetch_bytes"].tolist() == [0.0, prefetched]
+    rows = result.timeline[result.timeline["phase"] == "prefetch"]
+    assert rows["bytes"].sum() == prefetched
+    if prefetched:
+        assert (rows["op"] == "fc2").all()
+        assert rows["end_s"].max() <= ops["start_s"].iloc[1] + 1e-15  # before fc2 runs
+    no_prefetch = simulate(_chain(), _hw(), "dense", 1, "fused", "all",
+                           SimConfig(buffer_bytes=1e6, launch_overhead_s=0.0))
+    assert result.latency_s <= no_prefetch.latency_s * (1 + 1e-12)
+
+
+# --- settings and errors -----------------------------------------------------------------------
+
+def test_default_buffer_is_shared_memory_times_sms():
+    result = simulate("toy_hybrid", "a100", "2:4", 1, "unfused", "gemm")
+    assert result.buffer_bytes == 108 * 164 * 1024
+    l2 = simulate("toy_hybrid", "a100", "2:4", 1, "unfused", "gemm", SimConfig(buffer="l2"))
+    assert l2.buffer_bytes == 40 * 2**20
+    assert result.launch_overhead_s == dse.simulate.DEFAULT_LAUNCH_OVERHEAD_S
+
+
+def test_spec_launch_overhead_is_used():
+    hw = accelerator_models.load("a100", ["kernel_launch_overhead_s=2e-6"])
+    assert simulate("toy_hybrid", hw, "2:4").launch_overhead_s == 2e-6
+
+
+@pytest.mark.parametrize("config, words", [
+    (SimConfig(buffer_bytes=1000), "smaller than the smallest tiles"),
+    (SimConfig(launch_overhead_s=-1e-6), "launch overhead"),
+    (SimConfig(depth=0), "depth"),
+    (SimConfig(prefetch_depth=-1), "prefetch depth"),
+    (SimConfig(buffer_bytes=-5.0), "positive size"),
+    (SimConfig(buffer="dram"), "unknown buffer"),
+    (SimConfig(overlap="perfect"), "unknown overlap"),
+])
+def test_bad_settings_are_one_clear_line(config, words):
+    with pytest.raises(SimulationError) as info:
+        simulate("convnext_tiny", "a100", "2:4", 1, "unfused", "gemm", config)
+    message = str(info.value)
+    assert words in message and "\n" not in message
+
+
+def test_missing_on_chip_size_says_what_to_set():
+    with pytest.raises(SimulationError, match="buffer-bytes"):
+        simulate("toy_hybrid", "b200", "2:4")
+
+
+def test_utilization_matches_busy_time():
+    result = _two_tiles()
+    util = result.utilization
+    width = util["end_s"] - util["start_s"]
+    for resource, part in util.groupby("resource"):
+        busy = (part["utilization"] * width.loc[part.index]).sum()
+        rows = result.timeline[result.timeline["resource"] == resource]
+        assert busy == pytest.approx((rows["end_s"] - rows["start_s"]).sum(), abs=1e-18)
+
+
+def _busy_reference(starts, ends, edges):
+    """Slow reference: clip every interval to every bin."""
+    out = np.zeros(len(edges) - 1)
+    for s, e in zip(starts, ends, strict=True):
+        for i in range(len(edges) - 1):
+            out[i] += max(0.0, min(e, edges[i + 1]) - max(s, edges[i]))
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 10), st.floats(0, 3)), max_size=30),
+       st.integers(1, 20))
+def test_busy_between_equals_the_reference(pieces, bins):
+    # Non-overlapping intervals, as a capacity-one resource produces.
+    starts, ends, t = [], [], 0.0
+    for gap, length in pieces:
+        t += gap
+        starts.append(t)
+        t += length
+        ends.append(t)
+    edges = np.linspace(0.0, max(t, 1.0), bins + 1)
+    got = busy_between(np.array(starts), np.array(ends), edges)
+    np.testing.assert_allclose(got, _busy_reference(starts, ends, edges), atol=1e-9)
+
+
+def test_frames_carry_the_design():
+    result = simulate("toy_hybrid", "a100", "2:4", 2, "fused", "gemm")
+    for frame in (result.ops, result.timeline, result.utilization):
+        assert frame["model"].unique().tolist() == ["toy_hybrid"]
+        assert frame["batch"].unique().tolist() == [2]
+        assert frame["fusion"].unique().tolist() == ["fused"]
+    assert isinstance(result.summary(), dict)
+    assert pd.DataFrame([result.summary()]).shape[0] == 1
