@@ -9,9 +9,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from .cli_simulate import add_evaluator_options, sim_config_from_args
+from .cli_simulate import (
+    add_evaluator_options,
+    refuse_unused_sim_options,
+    sim_config_from_args,
+)
 from .output import OutputError
 from .sim_fanout import LOCAL
+from .simulate import SimulationError
 
 __all__ = ["add_report_parsers", "check_report_dir", "write_search_report"]
 
@@ -245,9 +250,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     varies = [parse_vary(v) for v in args.vary]
     traces = [load_trace(m) for m in dict.fromkeys(args.models)]
     simulate = args.evaluator == "simulate"
-    if args.dask is not None and not simulate:
-        raise OutputError("--dask runs simulations; add --evaluator simulate")
-    workers = max(args.workers, 2) if args.dask == LOCAL else args.workers
+    refuse_unused_sim_options(args)
+    for option, value in (("--dask", args.dask), ("--workers", args.workers)):
+        if value is not None and not simulate:
+            raise SimulationError(f"{option} runs simulations; add --evaluator simulate")
+    workers = args.workers or 1
+    if args.dask == LOCAL:
+        workers = max(workers, 2)
     frame = sweep(traces, _split_hw(args.hardware), args.overrides, args.formats, varies,
                   _batches(args), fusion=(args.fusion,), scope=args.scope,
                   evaluator=args.evaluator,

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .cli_simulate import add_sim_options, sim_config_from_args
+from .cli_simulate import add_sim_options, refuse_unused_sim_options, sim_config_from_args
 
 __all__ = ["add_search_parser"]
 
@@ -118,6 +118,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
     from .sim_fanout import sim_config_dict
 
+    refuse_unused_sim_options(args)
     request = SearchRequest(
         space=args.space, target=args.target, max_acc_drop=args.max_acc_drop,
         objective=args.objective, minimize=args.minimize, engine=args.engine,

@@ -10,8 +10,8 @@ import pandas as pd
 
 from .output import format_seconds, write_table
 
-__all__ = ["add_evaluator_options", "add_sim_options", "add_simulate_parser",
-           "sim_config_from_args"]
+__all__ = ["SIM_OPTIONS", "add_evaluator_options", "add_sim_options", "add_simulate_parser",
+           "refuse_unused_sim_options", "sim_config_from_args"]
 
 
 def _number(text: str) -> float:
@@ -32,22 +32,22 @@ def _integer(text: str) -> int:
 def add_sim_options(p: argparse.ArgumentParser) -> None:
     """The simulator's settings (also used by --evaluator simulate)."""
     g = p.add_argument_group("simulator settings")
-    g.add_argument("--buffer", choices=("smem", "l2"), default="smem",
+    g.add_argument("--buffer", choices=("smem", "l2"),
                    help="on-chip buffer the tiles are sized to: shared memory per SM x SMs "
                         "(smem, default) or the L2, from the hardware spec")
     g.add_argument("--buffer-bytes", type=_number, metavar="BYTES",
                    help="buffer size in bytes instead of the spec's (inf = unlimited)")
-    g.add_argument("--depth", type=_integer, default=2, metavar="N",
+    g.add_argument("--depth", type=_integer, metavar="N",
                    help="buffer stages per op: 1 = no overlap inside an op, 2 = double "
                         "buffering (default 2)")
     g.add_argument("--launch-overhead-s", type=_number, metavar="S",
                    help="fixed cost of each kernel (default: the spec's "
                         "kernel_launch_overhead_s, else 5.5e-6, measured on an H100)")
-    g.add_argument("--overlap", choices=("pipelined", "full"), default="pipelined",
+    g.add_argument("--overlap", choices=("pipelined", "full"),
                    help="pipelined: a tile computes after its load and stores after its "
                         "compute (default); full: compute and memory overlap completely, the "
                         "roofline's assumption")
-    g.add_argument("--prefetch-depth", type=_integer, default=1, metavar="N",
+    g.add_argument("--prefetch-depth", type=_integer, metavar="N",
                    help="with --fusion fused_prefetched, how many ops ahead weights may load "
                         "(default 1: the next op's; 0: none)")
 
@@ -58,17 +58,35 @@ def add_evaluator_options(p: argparse.ArgumentParser, positive_int) -> None:
                    help="roofline: speed of light (default); simulate: the event-level "
                         "simulator (latency, dense latency and speedup become the simulated "
                         "ones; the roofline's stay as roofline_latency_s, roofline_speedup)")
-    p.add_argument("--workers", type=positive_int, default=1, metavar="N",
+    p.add_argument("--workers", type=positive_int, metavar="N",
                    help="local processes for --evaluator simulate (default 1)")
     add_sim_options(p)
 
 
+#: SimConfig field -> the option that sets it (None on the command line: not given).
+SIM_OPTIONS = {"buffer": "--buffer", "buffer_bytes": "--buffer-bytes", "depth": "--depth",
+               "launch_overhead_s": "--launch-overhead-s", "overlap": "--overlap",
+               "prefetch_depth": "--prefetch-depth"}
+
+
 def sim_config_from_args(args: argparse.Namespace):
+    """The SimConfig the options give (defaults where not given), checked; errors name the
+    option."""
     from .simulate import SimConfig
 
-    return SimConfig(buffer=args.buffer, buffer_bytes=args.buffer_bytes, depth=args.depth,
-                     launch_overhead_s=args.launch_overhead_s, overlap=args.overlap,
-                     prefetch_depth=args.prefetch_depth).check()
+    given = {f: getattr(args, f) for f in SIM_OPTIONS if getattr(args, f) is not None}
+    return SimConfig(**given).check(names=SIM_OPTIONS)
+
+
+def refuse_unused_sim_options(args: argparse.Namespace) -> None:
+    """Simulator options without --evaluator simulate would be silently ignored: refuse them."""
+    from .simulate import SimulationError
+
+    if getattr(args, "evaluator", "roofline") == "simulate":
+        return
+    for field, option in SIM_OPTIONS.items():
+        if getattr(args, field) is not None:
+            raise SimulationError(f"{option} is a simulator setting; add --evaluator simulate")
 
 
 def add_simulate_parser(commands, positive_int) -> None:
@@ -120,9 +138,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from .simulate import simulate
 
     config = sim_config_from_args(args)
-    for path in (args.out, args.timeline):
+    for option, path in (("--out", args.out), ("--timeline", args.timeline)):
         if path is not None:
-            check_output_path(path)
+            check_output_path(path, option=option)
     check_report_dir(args.report)
     trace = load_trace(args.model)
     acc = accelerator_models.load(args.hw, args.overrides)
@@ -145,9 +163,15 @@ def _bytes(value: float) -> str:
     return f"{value / 2**20:.3g} MiB"
 
 
+def _clean(seconds: float, scale: float) -> str:
+    """Seconds for printing, with floating-point noise (below 1e-9 of ``scale``) shown as 0."""
+    return format_seconds(0.0 if abs(seconds) < 1e-9 * scale else seconds)
+
+
 def _print_result(result, top: int) -> None:
     d = result.design
     s = result.summary()
+    scale = s["latency_s"]
     config = result.config
     source = ("--buffer-bytes" if config.buffer_bytes is not None else
               f"{config.buffer} of the spec")
@@ -157,12 +181,12 @@ def _print_result(result, top: int) -> None:
           f"overhead {format_seconds(result.launch_overhead_s)}, overlap {config.overlap}"
           + (f", prefetch depth {config.prefetch_depth}" if d["fusion"] == "fused_prefetched"
              else ""))
-    share = 100.0 * s["gap_share"]
+    share = 100.0 * s["gap_share"] if abs(s["gap_share"]) >= 1e-9 else 0.0
     print(f"latency {format_seconds(s['latency_s'])}, roofline "
-          f"{format_seconds(s['roofline_latency_s'])}, gap {format_seconds(s['gap_s'])} "
-          f"({share:.1f}% of the latency): launch {format_seconds(s['gap_launch_s'])}, "
-          f"buffer-bound {format_seconds(s['gap_buffer_s'])}, fill/drain "
-          f"{format_seconds(s['gap_fill_drain_s'])}")
+          f"{format_seconds(s['roofline_latency_s'])}, gap {_clean(s['gap_s'], scale)} "
+          f"({share:.1f}% of the latency): launch {_clean(s['gap_launch_s'], scale)}, "
+          f"buffer-bound {_clean(s['gap_buffer_s'], scale)}, fill/drain "
+          f"{_clean(s['gap_fill_drain_s'], scale)}")
     print(f"{s['kernels']} kernels, {s['tiles']} tiles, DRAM {_bytes(s['dram_bytes'])} "
           f"(roofline {_bytes(s['roofline_dram_bytes'])})")
     busy = ", ".join(f"{r} {100 * s[f'busy_{r}']:.1f}%"
@@ -175,7 +199,7 @@ def _print_result(result, top: int) -> None:
             "op": ops["op"], "tiles": ops["tiles"],
             "latency": ops["latency_s"].map(format_seconds),
             "roofline": ops["roofline_s"].map(format_seconds),
-            "gap": ops["gap_s"].map(format_seconds),
+            "gap": ops["gap_s"].map(lambda g: _clean(g, scale)),
             "why": ops["why"].replace("", "-"),
         })
         print(f"\nlargest gaps to the roofline (top {len(ops)}):")

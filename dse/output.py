@@ -25,20 +25,22 @@ class OutputError(ValueError):
     """An output path that cannot be written; the message names it and the fix."""
 
 
-def check_output_path(path: Path, suffixes: tuple[str, ...] = SUFFIXES) -> Path:
-    """Fail early, before any work, when ``path`` cannot take a result file."""
+def check_output_path(path: Path, suffixes: tuple[str, ...] = SUFFIXES,
+                      option: str = "--out") -> Path:
+    """Fail early, before any work, when ``path`` cannot take a result file; errors name
+    ``option``."""
     if path.suffix.lower() not in suffixes:
-        raise OutputError(f"--out {path}: unknown file type {path.suffix or '(none)'!r}; "
+        raise OutputError(f"{option} {path}: unknown file type {path.suffix or '(none)'!r}; "
                           f"use one of {', '.join(suffixes)}")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         if folder.exists():
-            raise OutputError(f"--out {path}: {folder} is not a folder")
-        raise OutputError(f"--out {path}: folder {folder} does not exist; create it first")
+            raise OutputError(f"{option} {path}: {folder} is not a folder")
+        raise OutputError(f"{option} {path}: folder {folder} does not exist; create it first")
     if path.is_dir():
-        raise OutputError(f"--out {path}: is a folder; give a file name")
+        raise OutputError(f"{option} {path}: is a folder; give a file name")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise OutputError(f"--out {path}: folder {folder} is not writable")
+        raise OutputError(f"{option} {path}: folder {folder} is not writable")
     return path
 
 

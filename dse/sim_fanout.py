@@ -11,6 +11,7 @@ processes, or a Dask cluster (``dask="local"`` starts a LocalCluster of ``worker
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,8 @@ from .simulate import SimConfig, SimulationError, simulate
 
 __all__ = ["FanoutError", "SimTask", "simulate_designs", "simulated", "LOCAL"]
 
+#: Seconds to wait for a remote scheduler: a reachable one answers in milliseconds.
+CONNECT_TIMEOUT_S = 5
 #: ``dask=LOCAL`` starts a Dask LocalCluster on this machine.
 LOCAL = "local"
 #: Columns a simulated row adds to the roofline's.
@@ -120,12 +123,13 @@ def _on_dask(tasks: list[SimTask], workers: int, address: str,
     cluster = None
     try:
         if address == LOCAL:
+            # Quiet workers: a failed design is reported once, as the command's one-line error.
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None)
+                                   dashboard_address=None, silence_logs=logging.CRITICAL)
             client = Client(cluster)
         else:
             try:
-                client = Client(address, timeout="10s")
+                client = Client(address, timeout=f"{CONNECT_TIMEOUT_S}s")
             except (OSError, TimeoutError, ValueError) as exc:
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise FanoutError(f"--dask {address}: cannot reach a Dask scheduler ({reason}); "

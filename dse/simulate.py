@@ -75,29 +75,29 @@ class SimConfig:
     prefetch_depth: int = 1
     utilization_bins: int = 100
 
-    def check(self) -> SimConfig:
+    def check(self, names: dict[str, str] | None = None) -> SimConfig:
+        """Raise SimulationError naming the first bad setting (by ``names[field]``, e.g. the
+        command-line option, else the field)."""
+        def bad(field: str, problem: str) -> SimulationError:
+            label = (names or {}).get(field, field)
+            return SimulationError(f"{label} {getattr(self, field)!r}: {problem}")
+
         if self.buffer not in BUFFERS:
-            raise SimulationError(f"unknown buffer {self.buffer!r}; use one of "
-                                  f"{', '.join(BUFFERS)} or give buffer bytes")
+            raise bad("buffer", f"use one of {', '.join(BUFFERS)}, or give buffer bytes")
         if self.buffer_bytes is not None and not self.buffer_bytes > 0:
-            raise SimulationError(f"buffer bytes {self.buffer_bytes!r}: give a positive size "
-                                  "(inf for unlimited)")
+            raise bad("buffer_bytes", "give a positive size (inf for unlimited)")
         if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 1:
-            raise SimulationError(f"depth {self.depth!r}: give an integer >= 1 "
-                                  "(2 = double buffering)")
+            raise bad("depth", "give an integer >= 1 (2 = double buffering)")
         lo = self.launch_overhead_s
         if lo is not None and not (math.isfinite(lo) and lo >= 0):
-            raise SimulationError(f"launch overhead {lo!r} s: give a finite number >= 0 "
-                                  "(0 = none)")
+            raise bad("launch_overhead_s", "give a finite number of seconds >= 0 (0 = none)")
         if self.overlap not in OVERLAPS:
-            raise SimulationError(f"unknown overlap {self.overlap!r}; use one of "
-                                  f"{', '.join(OVERLAPS)}")
+            raise bad("overlap", f"use one of {', '.join(OVERLAPS)}")
         if (isinstance(self.prefetch_depth, bool) or not isinstance(self.prefetch_depth, int)
                 or self.prefetch_depth < 0):
-            raise SimulationError(f"prefetch depth {self.prefetch_depth!r}: give an integer "
-                                  ">= 0 (0 = no prefetch)")
+            raise bad("prefetch_depth", "give an integer >= 0 (0 = no prefetch)")
         if self.utilization_bins < 1:
-            raise SimulationError("utilization bins must be at least 1")
+            raise bad("utilization_bins", "give at least 1")
         return self
 
     @classmethod

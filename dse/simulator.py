@@ -47,8 +47,8 @@ class _CountingEnvironment(simpy.Environment):
         self.processed = 0
 
     def step(self) -> None:
+        super().step()  # raises EmptySchedule when nothing is left: not an event
         self.processed += 1
-        super().step()
 
 
 @dataclass(frozen=True, eq=False)

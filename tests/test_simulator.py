@@ -288,12 +288,12 @@ def test_spec_launch_overhead_is_used():
 
 @pytest.mark.parametrize("config, words", [
     (SimConfig(buffer_bytes=1000), "smaller than the smallest tiles"),
-    (SimConfig(launch_overhead_s=-1e-6), "launch overhead"),
-    (SimConfig(depth=0), "depth"),
-    (SimConfig(prefetch_depth=-1), "prefetch depth"),
+    (SimConfig(launch_overhead_s=-1e-6), "launch_overhead_s -1e-06"),
+    (SimConfig(depth=0), "depth 0"),
+    (SimConfig(prefetch_depth=-1), "prefetch_depth -1"),
     (SimConfig(buffer_bytes=-5.0), "positive size"),
-    (SimConfig(buffer="dram"), "unknown buffer"),
-    (SimConfig(overlap="perfect"), "unknown overlap"),
+    (SimConfig(buffer="dram"), "buffer 'dram'"),
+    (SimConfig(overlap="perfect"), "overlap 'perfect'"),
 ])
 def test_bad_settings_are_one_clear_line(config, words):
     with pytest.raises(SimulationError) as info:
@@ -350,3 +350,31 @@ def test_frames_carry_the_design():
         assert frame["fusion"].unique().tolist() == ["fused"]
     assert isinstance(result.summary(), dict)
     assert pd.DataFrame([result.summary()]).shape[0] == 1
+
+
+@pytest.mark.parametrize("field, value, buffer", [
+    ("sm_count", 54, "smem"),
+    ("shared_memory_per_sm_bytes", 32768, "smem"),
+    ("l2_bytes", 2**21, "l2"),
+    ("kernel_launch_overhead_s", 1e-5, "smem"),
+])
+def test_every_simulator_field_moves_the_simulation(field, value, buffer):
+    # The roofline ignores these fields (tests/test_accelerator_models.py); the simulator is
+    # what they move.
+    config = SimConfig(buffer=buffer)
+    base = simulate("convnext_tiny", "a100", "2:4", 32, "fused", "all", config)
+    changed = simulate("convnext_tiny", accelerator_models.load("a100", [f"{field}={value}"]),
+                       "2:4", 32, "fused", "all", config)
+    assert changed.latency_s != base.latency_s
+    assert changed.roofline_latency_s == base.roofline_latency_s
+
+
+@pytest.mark.parametrize("fusion", dse.FUSIONS)
+def test_summary_causes_add_up_to_the_gap(fusion):
+    result = simulate("swin_tiny", "a100", "2:4", 8, fusion, "all",
+                      SimConfig(buffer_bytes=4e6, depth=2))
+    s = result.summary()
+    assert s["gap_s"] == pytest.approx(result.latency_s - result.roofline_latency_s)
+    assert s["gap_launch_s"] + s["gap_buffer_s"] + s["gap_fill_drain_s"] == pytest.approx(
+        s["gap_s"], rel=1e-9)
+    assert s["gap_launch_s"] == pytest.approx(s["kernels"] * result.launch_overhead_s)
