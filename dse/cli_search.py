@@ -159,6 +159,13 @@ def report(outcome, top: int) -> str:
              f"{problem.objective.text}"
              + (f"; target {target.text}, accuracy drop <= {target.max_acc_drop:g} points"
                 if target is not None else "")]
+    if problem.simulation is not None:
+        c = problem.simulation
+        buffer = (f"{c.buffer_bytes:g} bytes" if c.buffer_bytes is not None
+                  else f"{c.buffer} of the spec")
+        lines.append(f"latencies and speedups from the event-level simulator (buffer {buffer}, "
+                     f"depth {c.depth}, overlap {c.overlap}); the roofline's are in the "
+                     "results as roofline_latency_s and roofline_speedup")
     # Masks over the full results (possibly millions of rows): numpy on categorical codes.
     models = [t.model for t in problem.traces]
     model_code = pd.Categorical(results["model"], categories=models).codes
