@@ -42,7 +42,8 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
                         "buffering (default 2)")
     g.add_argument("--launch-overhead-s", type=_number, metavar="S",
                    help="fixed cost of each kernel (default: the spec's "
-                        "kernel_launch_overhead_s, else 5.5e-6, measured on an H100)")
+                        "kernel_launch_overhead_s, else 3.2e-6, fitted to models measured on an "
+                        "H100)")
     g.add_argument("--overlap", choices=("pipelined", "full"),
                    help="pipelined: a tile computes after its load and stores after its "
                         "compute (default); full: compute and memory overlap completely, the "

@@ -60,7 +60,7 @@ def test_simulate_prints_and_writes_what_the_api_returns(tmp_path, capsys, api):
     lines = out.splitlines()
     assert lines[0] == "convnext_tiny on a100-40gb, 2:4, batch 1, unfused, scope gemm"
     assert lines[1].startswith(f"buffer {api.buffer_bytes / 2**20:.3g} MiB (smem of the spec), "
-                               "depth 2, launch overhead 5.5 us, overlap pipelined")
+                               "depth 2, launch overhead 3.2 us, overlap pipelined")
     assert lines[2] == (
         f"latency {format_seconds(s['latency_s'])}, roofline "
         f"{format_seconds(s['roofline_latency_s'])}, gap {format_seconds(s['gap_s'])} "
