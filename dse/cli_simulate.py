@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -146,7 +148,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     trace = load_trace(args.model)
     acc = accelerator_models.load(args.hw, args.overrides)
     result = simulate(trace, acc, parse_format(args.format), args.batch, args.fusion,
-                      args.scope, config)
+                      args.scope, config, progress=_StatusLine())
     _print_result(result, args.top)
     if args.out is not None:
         write_table(result.ops, args.out)
@@ -158,9 +160,26 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+class _StatusLine:
+    """Every few seconds, how far a long simulation has come (on stderr)."""
+
+    def __init__(self, every_s: float = 2.0) -> None:
+        self.every_s = every_s
+        self.started = self.last = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            print(f"dse: simulated {done}/{total} ops ({now - self.started:.0f} s)",
+                  file=sys.stderr, flush=True)
+
+
 def _bytes(value: float) -> str:
     if math.isinf(value):
         return "unlimited"
+    if value >= 2**30:
+        return f"{value / 2**30:.3g} GiB"
     return f"{value / 2**20:.3g} MiB"
 
 

@@ -17,7 +17,8 @@ Planning is pure numpy and fixes every quantity the SimPy model then plays out i
   cutting N re-reads the weights once per column block, so traffic grows as the buffer shrinks;
   among the cuts that fit, the one with the least traffic wins (then the fewest tiles). Grouped
   convolutions cut channels first, which splits inputs without re-reading them. Other ops cut
-  their elements. Tiles are at least 16 x 16 outputs (the MMA granularity) or 256 elements.
+  the larger of their inputs and outputs (a reduction streams its input). Tiles are at least
+  16 x 16 outputs (the MMA granularity) or 256 elements.
 * **Kernels.** Every op is a kernel when ``unfused``; when fused, a kernel is a run of ops joined
   by intermediates kept on chip, so a spill ends a kernel. Each kernel pays the launch overhead.
 * **Prefetch** (``fused_prefetched``): the weights of op ``j`` may load during ops ``j - depth``
@@ -172,7 +173,7 @@ def _pow2_upto(limit: int) -> np.ndarray:
     return values[values >= 1].astype(np.float64)
 
 
-def _tile_choices(w: float, x: float, y: float, gemm: np.ndarray, out_elems: float):
+def _tile_choices(w: float, x: float, y: float, gemm: np.ndarray, elems: float):
     """Candidate cuts of one op: arrays (tiles, traffic, footprint, weight reads)."""
     m, _, n, groups = gemm
     if m > 0 and n > 0:
@@ -186,19 +187,19 @@ def _tile_choices(w: float, x: float, y: float, gemm: np.ndarray, out_elems: flo
         traffic = w * nn + x * reread + y
         footprint = w / nm + x / (nn * split_in) + y / (nm * nn)
         return nm * nn, traffic, footprint, nn
-    cuts = _pow2_upto(max(math.ceil(out_elems / MIN_ELEMS), 1))
+    cuts = _pow2_upto(max(math.ceil(elems / MIN_ELEMS), 1))
     return cuts, np.full_like(cuts, w + x + y), w + (x + y) / cuts, np.ones_like(cuts)
 
 
-def smallest_tile(w: float, x: float, y: float, gemm: np.ndarray, out_elems: float) -> float:
+def smallest_tile(w: float, x: float, y: float, gemm: np.ndarray, elems: float) -> float:
     """Bytes of the op's smallest tile."""
-    return float(_tile_choices(w, x, y, gemm, out_elems)[2].min())
+    return float(_tile_choices(w, x, y, gemm, elems)[2].min())
 
 
-def _best_cut(w, x, y, gemm, out_elems, stage: float) -> tuple[int, float, float, int] | None:
+def _best_cut(w, x, y, gemm, elems, stage: float) -> tuple[int, float, float, int] | None:
     """(tiles, traffic, footprint, weight reads) of the least-traffic cut that fits ``stage``
     (then the fewest tiles), or None."""
-    tiles, traffic, footprint, reads = _tile_choices(w, x, y, gemm, out_elems)
+    tiles, traffic, footprint, reads = _tile_choices(w, x, y, gemm, elems)
     fits = np.flatnonzero(footprint <= stage * (1 + 1e-12))
     if not len(fits):
         return None
@@ -226,7 +227,11 @@ def plan(work: Work, buffer_bytes: float, depth: int, launch_overhead_s: float,
     for j, ps in enumerate(work.producers):
         for i in ps:
             consumers_last[i] = max(consumers_last[i], j)
-    elems = work.trace.ops["output_elems"].to_numpy(dtype=np.float64) * work.batch
+    # Ops without a GEMM cut the larger of their input and output: a reduction (a mean over
+    # pixels) streams its input through a small output.
+    ops = work.trace.ops
+    elems = np.maximum(ops["output_elems"].to_numpy(dtype=np.float64),
+                       ops["input_elems"].to_numpy(dtype=np.float64)) * work.batch
 
     def traffic_parts(j: int, resident: np.ndarray) -> tuple[float, float, float]:
         """(weights, inputs, outputs) op j moves through DRAM, given what is kept on chip."""

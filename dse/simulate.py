@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -195,8 +196,10 @@ def simulate(
     scope: str = "gemm",
     config: SimConfig | None = None,
     numerics: Numerics = DEFAULT_NUMERICS,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Simulation:
-    """Simulate one design; see the module docstring for what comes back."""
+    """Simulate one design; see the module docstring for what comes back. ``progress(done,
+    total)`` hears of every op finished (for a status line on long runs)."""
     config = (config or SimConfig()).check()
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
     acc = hardware if isinstance(hardware, Accelerator) else accelerator_models.load(hardware)
@@ -211,7 +214,7 @@ def simulate(
         p = plan(w, buffer_bytes, config.depth, launch, config.prefetch_depth)
     except PlanError as exc:
         raise SimulationError(str(exc)) from None
-    log = run(p, config.overlap, config.prefetch_depth)
+    log = run(p, config.overlap, config.prefetch_depth, progress)
     wall = time.perf_counter() - started
     design = {"model": trace.model, "hardware": acc.name, "format": w.format.name,
               "batch": int(batch), "fusion": fusion, "scope": scope}

@@ -19,6 +19,7 @@ record per busy interval of a resource.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,8 +76,10 @@ class EventLog:
 
 
 class _Model:
-    def __init__(self, plan: Plan, overlap: str, prefetch_depth: int) -> None:
+    def __init__(self, plan: Plan, overlap: str, prefetch_depth: int,
+                 progress: Callable[[int, int], None] | None = None) -> None:
         self.plan = plan
+        self.progress = progress
         self.overlap = overlap
         self.prefetch_depth = prefetch_depth
         self.env = env = _CountingEnvironment()
@@ -200,6 +203,8 @@ class _Model:
             else:
                 yield from self._op_pipelined(op, depth)
             self.end[op] = env.now
+            if self.progress is not None:
+                self.progress(op + 1, len(self.tiles))
 
     # --- full overlap ---------------------------------------------------------------------------
 
@@ -225,6 +230,8 @@ class _Model:
                 for t in range(n):
                     yield from self._compute(op, t, self.tensor_s[op] / n, self.vector_s[op] / n)
                 compute_done[op].succeed(env.now)
+                if self.progress is not None:
+                    self.progress(op + 1, s)
 
         def dram_chain():
             for op in range(s):
@@ -263,8 +270,10 @@ class _Model:
                         events=self.env.processed)
 
 
-def run(plan: Plan, overlap: str = "pipelined", prefetch_depth: int = 1) -> EventLog:
-    """Simulate ``plan``; see the module docstring for the overlap models."""
+def run(plan: Plan, overlap: str = "pipelined", prefetch_depth: int = 1,
+        progress: Callable[[int, int], None] | None = None) -> EventLog:
+    """Simulate ``plan``; see the module docstring for the overlap models. ``progress(done,
+    total)`` is called as ops finish (their compute, under full overlap)."""
     if overlap not in OVERLAPS:
         raise ValueError(f"unknown overlap {overlap!r}; use one of {', '.join(OVERLAPS)}")
-    return _Model(plan, overlap, prefetch_depth).run()
+    return _Model(plan, overlap, prefetch_depth, progress).run()

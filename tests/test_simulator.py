@@ -378,3 +378,13 @@ def test_summary_causes_add_up_to_the_gap(fusion):
     assert s["gap_launch_s"] + s["gap_buffer_s"] + s["gap_fill_drain_s"] == pytest.approx(
         s["gap_s"], rel=1e-9)
     assert s["gap_launch_s"] == pytest.approx(s["kernels"] * result.launch_overhead_s)
+
+
+@pytest.mark.parametrize("overlap", ["pipelined", "full"])
+def test_progress_hears_of_every_op(overlap):
+    heard = []
+    result = simulate("toy_hybrid", "a100", "2:4", 4, "unfused", "all",
+                      SimConfig(overlap=overlap), progress=lambda done, total: heard.append(
+                          (done, total)))
+    n = len(result.ops)
+    assert heard == [(k, n) for k in range(1, n + 1)]
