@@ -8,9 +8,12 @@ Planning is pure numpy and fixes every quantity the SimPy model then plays out i
   split into inputs and outputs. The kernel (the format's own, or the dense/CSR fallback where
   the hardware cannot run it) is the roofline's choice for the same design.
 * **Residency** (``fused`` and ``fused_prefetched``). An intermediate (an op output that later
-  ops read) stays on chip when, for every op from its producer to its last consumer, it fits
-  beside the intermediates already kept and that op's smallest tiles; otherwise it spills: its
-  producer writes it to DRAM and its consumers read it back. ``unfused`` keeps nothing.
+  ops read) read only by the very next op, an activation or elementwise op, is fused into its
+  producer's epilogue: it passes tile by tile and never needs room of its own. Any other stays
+  on chip when, for every op from its producer to its last consumer, it fits beside the
+  intermediates already kept and that op's smallest tiles, and keeping it costs those ops less
+  re-read traffic than spilling would; otherwise it spills: its producer writes it to DRAM and
+  its consumers read it back. ``unfused`` keeps nothing.
 * **Tiles.** An op is cut into tiles that fit one buffer stage (``(buffer - resident bytes) /
   depth``). A GEMM tile is an ``Tm x Tn`` block of the output with its full K slice: its weight
   rows, its input columns and its outputs. Cutting M re-reads the inputs once per row block and
@@ -46,6 +49,8 @@ from .pricing import KERNEL_CSR, KERNEL_DENSE, KERNEL_OWN, kernel_arrays, scope_
 
 __all__ = ["MIN_ELEMS", "MIN_TILE", "Plan", "PlanError", "Work", "plan", "work"]
 
+#: Op kinds a fused kernel applies to a tile of its producer's output as it leaves (epilogue).
+EPILOGUE_KINDS = ("activation", "elementwise")
 #: Smallest GEMM tile edge (outputs) and smallest tile of an elementwise op (elements).
 MIN_TILE = 16
 MIN_ELEMS = 256
@@ -277,11 +282,17 @@ def plan(work: Work, buffer_bytes: float, depth: int, launch_overhead_s: float,
                           (buffer_bytes - usage[j] - held) / depth)
         return after[1] - before[1]
 
+    kinds = work.trace.ops["kind"].to_numpy(dtype=object)
     if fused:
         for i in range(p):
             last = consumers_last[i]
             if last < 0 or work.is_output[i]:
                 resident[i] = not work.is_output[i]  # dead outputs are never written
+                continue
+            if consumers[i] == 1 and last == i + 1 and kinds[last] in EPILOGUE_KINDS:
+                # Epilogue fusion: the next op applies itself to each tile as it leaves
+                # op i, so the intermediate never exists whole and needs no room of its own.
+                resident[i] = True
                 continue
             span = slice(i, last + 1)
             size = work.output_bytes[i]

@@ -388,3 +388,33 @@ def test_progress_hears_of_every_op(overlap):
                           (done, total)))
     n = len(result.ops)
     assert heard == [(k, n) for k in range(1, n + 1)]
+
+
+def _linear_then_activation() -> Trace:
+    fc = {"name": "fc", "kind": "linear", "m": 64, "k": 64, "n": 64, "groups": 1,
+          "weight_elems": 64 * 64, "input_elems": 64 * 64, "output_elems": 64 * 64,
+          "vector_flops": 0.0, "prunable": True, "producers": ["input"]}
+    act = {"name": "act", "kind": "activation", "m": 0, "k": 0, "n": 0, "groups": 1,
+           "weight_elems": 0, "input_elems": 64 * 64, "output_elems": 64 * 64,
+           "vector_flops": 8.0 * 64 * 64, "prunable": False, "producers": ["fc"]}
+    return Trace.from_records("fc_act", [64 * 64], [fc, act], {"source": "test"})
+
+
+@pytest.mark.parametrize("fusion, resident, kernels", [("unfused", False, 2),
+                                                       ("fused", True, 1)])
+def test_an_activation_fuses_into_its_producers_epilogue(fusion, resident, kernels):
+    # 12000 bytes hold the smallest tiles but not the 8192-byte intermediate beside them
+    # (test_fused_intermediate_spills_when_it_does_not_fit): the epilogue needs no room.
+    result = simulate(_linear_then_activation(), _hw(), "dense", 1, fusion, "all",
+                      SimConfig(buffer_bytes=12000, launch_overhead_s=1e-6))
+    assert result.ops["resident_output"].tolist()[0] is resident
+    assert result.summary()["kernels"] == kernels
+    if fusion == "fused":  # nothing crosses DRAM between the two
+        assert result.ops["dram_bytes"].iloc[1] == 8192  # the model output only
+
+
+def test_reductions_cut_their_input():
+    # EfficientNet's squeeze-excite means read a whole feature map into a few channels; cut by
+    # their output alone their smallest tile exceeded the A100's default buffer at batch 64.
+    result = simulate("efficientnet_b4", "a100", "2:4", 64, "fused", "all")
+    assert result.latency_s >= result.roofline_latency_s
