@@ -34,10 +34,10 @@ __all__ = ["FanoutError", "SimTask", "simulate_designs", "simulated", "LOCAL"]
 CONNECT_TIMEOUT_S = 5
 #: ``dask=LOCAL`` starts a Dask LocalCluster on this machine.
 LOCAL = "local"
-#: Columns a simulated row adds to the roofline's.
-SIM_COLUMNS = ("roofline_latency_s", "roofline_speedup", "gap_s", "gap_launch_s",
-               "gap_buffer_s", "gap_fill_drain_s", "kernels", "tiles", "sim_dram_bytes",
-               "events")
+#: Columns a simulated row adds to the roofline's, from the simulation's summary keys.
+SIM_COLUMNS = {"gap_s": "gap_s", "gap_launch_s": "gap_launch_s", "gap_buffer_s": "gap_buffer_s",
+               "gap_fill_drain_s": "gap_fill_drain_s", "kernels": "kernels", "tiles": "tiles",
+               "dram_bytes": "sim_dram_bytes", "events": "events"}
 
 
 class FanoutError(ValueError):
@@ -169,17 +169,9 @@ def simulated(frame: pd.DataFrame, traces: Mapping[str, Trace],
         tasks.append(SimTask(traces[model], accelerators[hw], target, int(batch), fusion,
                              scope, config, numerics))
     summaries = simulate_designs(tasks, workers=workers, dask=dask, progress=progress)
-    sim = designs.assign(
-        sim_latency_s=[s["latency_s"] for s in summaries],
-        gap_s=[s["gap_s"] for s in summaries],
-        gap_launch_s=[s["gap_launch_s"] for s in summaries],
-        gap_buffer_s=[s["gap_buffer_s"] for s in summaries],
-        gap_fill_drain_s=[s["gap_fill_drain_s"] for s in summaries],
-        kernels=[s["kernels"] for s in summaries],
-        tiles=[s["tiles"] for s in summaries],
-        sim_dram_bytes=[s["dram_bytes"] for s in summaries],
-        events=[s["events"] for s in summaries],
-    )
+    sim = designs.assign(sim_latency_s=[s["latency_s"] for s in summaries],
+                         **{column: [s[key] for s in summaries]
+                            for key, column in SIM_COLUMNS.items()})
     index = pd.MultiIndex.from_frame(sim[keys])
     own = index.get_indexer(pd.MultiIndex.from_frame(rows))
     base = index.get_indexer(pd.MultiIndex.from_frame(dense))
@@ -192,8 +184,7 @@ def simulated(frame: pd.DataFrame, traces: Mapping[str, Trace],
     out["latency_s"] = latency[own]
     out["dense_latency_s"] = latency[base]
     out["speedup"] = latency[base] / latency[own]
-    for column in ("gap_s", "gap_launch_s", "gap_buffer_s", "gap_fill_drain_s", "kernels",
-                   "tiles", "sim_dram_bytes", "events"):
+    for column in SIM_COLUMNS.values():
         out[column] = sim[column].to_numpy()[own]
     out["evaluator"] = "simulate"
     return out

@@ -55,8 +55,6 @@ EPILOGUE_KINDS = ("activation", "elementwise")
 MIN_TILE = 16
 MIN_ELEMS = 256
 
-UNITS = ("tensor", "sparse_tensor", "vector")
-
 
 class PlanError(ValueError):
     """A simulation that cannot be planned (buffer too small for a tile, bad settings)."""

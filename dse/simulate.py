@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -125,7 +125,6 @@ class Simulation:
     roofline_latency_s: float
     events: int
     wall_s: float
-    extras: dict = field(default_factory=dict)
 
     @property
     def latency_s(self) -> float:
@@ -335,7 +334,3 @@ def _utilization_frame(timeline: pd.DataFrame, total: float, bins: int,
                                   "end_s": edges[1:], "utilization": np.clip(share, 0.0, 1.0)}))
     return _with_design(pd.concat(rows, ignore_index=True), design)
 
-
-def with_settings(config: SimConfig, **changes) -> SimConfig:
-    """``config`` with some fields changed, checked."""
-    return replace(config, **changes).check()
