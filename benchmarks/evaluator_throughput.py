@@ -454,15 +454,13 @@ def report(env: dict, rows: list[dict], lats: list[dict]) -> tuple[str, dict]:
     return "\n".join(lines), targets
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.evaluator_throughput",
-                                     description=__doc__.split("\n\n")[0])
+def parse_benchmark_args(prog: str, doc: str, repeats: int, repeats_help: str,
+                         strict_help: str, argv: list[str] | None) -> argparse.Namespace:
+    """The options every benchmark takes: --json, --repeats, --strict, --wait-idle."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON here")
-    parser.add_argument("--repeats", type=int, default=NUMBA_REPEATS,
-                        help=f"timed calls of the numba kernel (best is reported; "
-                             f"default {NUMBA_REPEATS})")
-    parser.add_argument("--strict", action="store_true",
-                        help="exit 2 when a throughput or latency target is missed")
+    parser.add_argument("--repeats", type=int, default=repeats, help=repeats_help)
+    parser.add_argument("--strict", action="store_true", help=strict_help)
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
                         help="before each section, wait up to SECONDS for other processes to "
                              "leave the cores idle (for shared machines; default 0: no wait)")
@@ -471,6 +469,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--repeats must be >= 1")
     if args.wait_idle < 0:
         parser.error("--wait-idle must be >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_benchmark_args(
+        "python -m benchmarks.evaluator_throughput", __doc__, NUMBA_REPEATS,
+        f"timed calls of the numba kernel (best is reported; default {NUMBA_REPEATS})",
+        "exit 2 when a throughput or latency target is missed", argv)
 
     wall = time.perf_counter()
     hardware = hardware_grid()

@@ -24,7 +24,6 @@ missed (benchmarks report, tests judge). See ``benchmarks/README.md``.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -40,7 +39,12 @@ import numpy as np
 import simpy
 
 import accelerator_models
-from benchmarks.evaluator_throughput import cpu_clock, other_cores, wait_idle
+from benchmarks.evaluator_throughput import (
+    cpu_clock,
+    other_cores,
+    parse_benchmark_args,
+    wait_idle,
+)
 from dse.numerics import Numerics
 from dse.sim_plan import plan, work
 from dse.simulate import SimConfig, resolve_launch, simulate
@@ -275,21 +279,10 @@ def report(env: dict, r: dict) -> tuple[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.simulator_speed",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed runs per figure, median reported (default 3; the short "
-                             f"batch-1 calls run at least {BATCH1_MIN_CALLS} times)")
-    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON here")
-    parser.add_argument("--strict", action="store_true", help="exit 2 when a target is missed")
-    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
-                        help="before each section, wait up to SECONDS for other processes to "
-                             "leave the cores idle (for shared machines; default 0: no wait)")
-    args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error("--repeats must be >= 1")
-    if args.wait_idle < 0:
-        parser.error("--wait-idle must be >= 0")
+    args = parse_benchmark_args(
+        "python -m benchmarks.simulator_speed", __doc__, 3,
+        "timed runs per figure, median reported (default 3; the short batch-1 calls run at "
+        f"least {BATCH1_MIN_CALLS} times)", "exit 2 when a target is missed", argv)
 
     wall = time.perf_counter()
     waited = 0.0

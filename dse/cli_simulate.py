@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 
-from .output import format_seconds, write_table
+from .output import StatusLine, format_seconds, write_table
 
 __all__ = ["SIM_OPTIONS", "add_evaluator_options", "add_sim_options", "add_simulate_parser",
            "refuse_unused_sim_options", "sim_config_from_args"]
@@ -148,7 +146,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     trace = load_trace(args.model)
     acc = accelerator_models.load(args.hw, args.overrides)
     result = simulate(trace, acc, parse_format(args.format), args.batch, args.fusion,
-                      args.scope, config, progress=_StatusLine())
+                      args.scope, config, progress=StatusLine("simulated", "ops"))
     _print_result(result, args.top)
     if args.out is not None:
         write_table(result.ops, args.out)
@@ -158,21 +156,6 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         _write_report(result, args.report)
         print(f"report: {args.report / 'index.html'}")
     return 0
-
-
-class _StatusLine:
-    """Every few seconds, how far a long simulation has come (on stderr)."""
-
-    def __init__(self, every_s: float = 2.0) -> None:
-        self.every_s = every_s
-        self.started = self.last = time.monotonic()
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if now - self.last >= self.every_s:
-            self.last = now
-            print(f"dse: simulated {done}/{total} ops ({now - self.started:.0f} s)",
-                  file=sys.stderr, flush=True)
 
 
 def _bytes(value: float) -> str:

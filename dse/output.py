@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -15,8 +17,8 @@ from typing import BinaryIO
 import numpy as np
 import pandas as pd
 
-__all__ = ["OutputError", "SUFFIXES", "check_output_path", "format_seconds", "write_atomic",
-           "write_table"]
+__all__ = ["OutputError", "SUFFIXES", "StatusLine", "check_output_path", "format_seconds",
+           "write_atomic", "write_table"]
 
 SUFFIXES = (".csv", ".parquet", ".json")
 
@@ -108,3 +110,26 @@ def format_seconds(seconds: float) -> str:
         if abs(seconds) >= scale:
             return f"{seconds / scale:.3g} {unit}"
     return f"{seconds:.3g} s"
+
+
+class StatusLine:
+    """``status(done, total)``: a line on stderr every few seconds while long work runs (and
+    its last count, once it has run that long), so it shows it is alive."""
+
+    def __init__(self, verb: str, unit: str, total: int = 0, every_s: float = 2.0) -> None:
+        self.verb, self.unit, self.total, self.every_s = verb, unit, total, every_s
+        self.started = self.last = time.monotonic()
+        self.done = 0
+
+    def tick(self) -> None:
+        """One more of ``total`` done."""
+        self.done += 1
+        self(self.done, self.total)
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every_s or (done == total
+                                               and now - self.started >= self.every_s):
+            self.last = now
+            print(f"dse: {self.verb} {done}/{total} {self.unit} ({now - self.started:.1f} s)",
+                  file=sys.stderr, flush=True)

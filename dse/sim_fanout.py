@@ -12,8 +12,6 @@ processes, or a Dask cluster (``dask="local"`` starts a LocalCluster of ``worker
 from __future__ import annotations
 
 import logging
-import sys
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ from formats import Dense, Format
 from workloads import Trace
 
 from .numerics import Numerics
+from .output import StatusLine
 from .simulate import SimConfig, SimulationError, simulate
 
 __all__ = ["FanoutError", "SimTask", "simulate_designs", "simulated", "LOCAL"]
@@ -65,30 +64,12 @@ def run_task(task: SimTask) -> dict:
     return result.summary()
 
 
-class _Progress:
-    """A status line on stderr every few seconds, so a long fan-out shows it is alive."""
-
-    def __init__(self, total: int, every_s: float = 2.0) -> None:
-        self.total, self.every_s = total, every_s
-        self.started = self.last = time.monotonic()
-        self.done = 0
-
-    def step(self) -> None:
-        self.done += 1
-        now = time.monotonic()
-        if now - self.last >= self.every_s or self.done == self.total:
-            self.last = now
-            if now - self.started >= self.every_s:
-                print(f"dse: simulated {self.done}/{self.total} designs "
-                      f"({now - self.started:.1f} s)", file=sys.stderr, flush=True)
-
-
 def simulate_designs(tasks: Sequence[SimTask], workers: int = 1, dask: str | None = None,
                      progress: bool = True) -> list[dict]:
     """Summaries of ``tasks``, in order."""
     if workers < 1:
         raise FanoutError(f"workers {workers}: give at least 1")
-    meter = _Progress(len(tasks)) if progress else None
+    meter = StatusLine("simulated", "designs", len(tasks)) if progress else None
     if dask is not None:
         return _on_dask(list(tasks), workers, dask, meter)
     if workers == 1 or len(tasks) <= 1:
@@ -96,24 +77,24 @@ def simulate_designs(tasks: Sequence[SimTask], workers: int = 1, dask: str | Non
         for task in tasks:
             out.append(run_task(task))
             if meter:
-                meter.step()
+                meter.tick()
         return out
     return _on_processes(list(tasks), workers, meter)
 
 
-def _on_processes(tasks: list[SimTask], workers: int, meter: _Progress | None) -> list[dict]:
+def _on_processes(tasks: list[SimTask], workers: int, meter: StatusLine | None) -> list[dict]:
     results: list[dict | None] = [None] * len(tasks)
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
         futures = {pool.submit(run_task, task): i for i, task in enumerate(tasks)}
         for future in as_completed(futures):
             results[futures[future]] = future.result()
             if meter:
-                meter.step()
+                meter.tick()
     return results  # type: ignore[return-value]
 
 
 def _on_dask(tasks: list[SimTask], workers: int, address: str,
-             meter: _Progress | None) -> list[dict]:
+             meter: StatusLine | None) -> list[dict]:
     try:
         from distributed import Client, LocalCluster
         from distributed import as_completed as dask_completed
@@ -142,7 +123,7 @@ def _on_dask(tasks: list[SimTask], workers: int, address: str,
             for future in dask_completed(futures):
                 results[index[future.key]] = future.result()
                 if meter:
-                    meter.step()
+                    meter.tick()
             return results  # type: ignore[return-value]
     finally:
         if cluster is not None:

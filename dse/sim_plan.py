@@ -251,9 +251,9 @@ def plan(work: Work, buffer_bytes: float, depth: int, launch_overhead_s: float,
         return work.weight_bytes[j], float(x), float(y)
 
     # Smallest tiles assume everything spills (the largest tiles an op can need).
-    nothing = np.zeros(p, dtype=bool)
-    min_stage = np.array([smallest_tile(*traffic_parts(j, nothing), work.gemm[j], elems[j])
-                          for j in range(p)])
+    nothing_kept = np.zeros(p, dtype=bool)
+    spilled = [traffic_parts(j, nothing_kept) for j in range(p)]
+    min_stage = np.array([smallest_tile(*spilled[j], work.gemm[j], elems[j]) for j in range(p)])
     need = min_stage * depth
     worst = int(np.argmax(np.where(work.in_scope, need, 0.0)))
     if need[worst] > buffer_bytes * (1 + 1e-12):
@@ -274,7 +274,7 @@ def plan(work: Work, buffer_bytes: float, depth: int, launch_overhead_s: float,
     def extra_traffic(j: int, held: float) -> float:
         """What holding ``held`` more bytes during op j costs it in re-reads (its tiles shrink);
         priced with the op's largest inputs, as if nothing it reads were kept."""
-        parts = traffic_parts(j, nothing)
+        parts = spilled[j]
         before = _best_cut(*parts, work.gemm[j], elems[j], (buffer_bytes - usage[j]) / depth)
         after = _best_cut(*parts, work.gemm[j], elems[j],
                           (buffer_bytes - usage[j] - held) / depth)

@@ -13,56 +13,8 @@ function only draws that frame. ``write_report`` inlines Vega, Vega-Lite and veg
 ``index.html``, so the page works offline.
 """
 
-from .charts import (
-    bound_mix_chart,
-    bound_mix_data,
-    feature_share_chart,
-    feature_share_data,
-    gantt_chart,
-    gantt_data,
-    hardware_comparison_chart,
-    hardware_comparison_data,
-    pareto_chart,
-    pareto_data,
-    roofline_chart,
-    roofline_data,
-    sim_gap_chart,
-    sim_gap_data,
-    sparsity_roofline_chart,
-    sparsity_roofline_data,
-    target_chart,
-    target_data,
-    tornado_chart,
-    tornado_data,
-    utilization_chart,
-    utilization_data,
-)
+from . import charts
+from .charts import *  # noqa: F403 - every chart builder is the package's API (charts.__all__)
 from .html import ReportError, Section, write_report
 
-__all__ = [
-    "ReportError",
-    "Section",
-    "bound_mix_chart",
-    "bound_mix_data",
-    "feature_share_chart",
-    "feature_share_data",
-    "gantt_chart",
-    "gantt_data",
-    "hardware_comparison_chart",
-    "hardware_comparison_data",
-    "pareto_chart",
-    "pareto_data",
-    "roofline_chart",
-    "roofline_data",
-    "sim_gap_chart",
-    "sim_gap_data",
-    "sparsity_roofline_chart",
-    "sparsity_roofline_data",
-    "target_chart",
-    "target_data",
-    "tornado_chart",
-    "tornado_data",
-    "utilization_chart",
-    "utilization_data",
-    "write_report",
-]
+__all__ = [*charts.__all__, "ReportError", "Section", "write_report"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -348,8 +347,10 @@ def test_frames_carry_the_design():
         assert frame["model"].unique().tolist() == ["toy_hybrid"]
         assert frame["batch"].unique().tolist() == [2]
         assert frame["fusion"].unique().tolist() == ["fused"]
-    assert isinstance(result.summary(), dict)
-    assert pd.DataFrame([result.summary()]).shape[0] == 1
+    summary = result.summary()
+    assert {k: summary[k] for k in result.design} == result.design
+    assert summary["latency_s"] == result.ops["end_s"].iloc[-1]
+    assert result.ops["latency_s"].sum() == pytest.approx(summary["latency_s"], rel=1e-12)
 
 
 @pytest.mark.parametrize("field, value, buffer", [
