@@ -6,7 +6,7 @@
 True
 """
 
-from .catalog import CATALOG_DIR, aliases, catalog_names, load, resolve_path
+from .catalog import CATALOG_DIR, aliases, catalog_names, derive, load, resolve_path, spec_fields
 from .loader import FIELDS, parse_pattern
 from .spec import (
     TENSOR_DTYPES,
@@ -28,7 +28,9 @@ __all__ = [
     "VECTOR_DTYPES",
     "aliases",
     "catalog_names",
+    "derive",
     "load",
     "parse_pattern",
     "resolve_path",
+    "spec_fields",
 ]

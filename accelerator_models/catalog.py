@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .loader import apply_overrides, build, parse_spec_file
+from .loader import FIELDS, apply_overrides, build, parse_spec_file
 from .spec import Accelerator, SpecError
 
-__all__ = ["CATALOG_DIR", "catalog_names", "aliases", "load", "resolve_path"]
+__all__ = ["CATALOG_DIR", "catalog_names", "aliases", "derive", "load", "resolve_path",
+           "spec_fields"]
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 
@@ -73,15 +74,62 @@ def _flat_spec(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     return merged
 
 
+def spec_fields(name_or_path: str | Path) -> dict[str, Any]:
+    """The flat fields (``"sparse_tensor.patterns"``: value, ...) of a catalog entry, alias or
+    spec file, everything it ``extends`` merged in: the base that :func:`derive` varies. A new
+    dict each call (the caller may change it)."""
+    return _flat_spec(resolve_path(str(name_or_path)))
+
+
+def _value_text(value: Any) -> str:
+    """A field value as ``--set`` would spell it, for the derived accelerator's name (numbers
+    as floats: sweeps and searches hand every number over as one)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return repr(float(value))
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def derive(base: str | Path | Mapping[str, Any], values: Mapping[str, Any] | None = None,
+           overrides: Sequence[str] | Iterable[str] = (), name: str | None = None,
+           where: str | None = None) -> Accelerator:
+    """A variant of ``base``: ``overrides`` (``FIELD=VALUE`` text, as ``--set`` takes it) applied
+    first, then ``values`` (``{field path: value}``, values as a TOML file holds them: numbers,
+    pattern lists, booleans); everything validated, errors naming the field.
+
+    ``base``: a catalog name, alias or spec path, or the fields of one (:func:`spec_fields`:
+    for callers that derive thousands of variants of one base). Unless ``name`` is given the
+    variant is named ``BASE[change; ...]`` and lists its changes in ``overrides``, so result
+    tables stay unambiguous; errors name ``where`` (default: the base's file).
+    """
+    overrides = tuple(overrides)
+    values = dict(values or {})
+    if isinstance(base, Mapping):
+        flat, stem, where = dict(base), name or "derived", where or "derived hardware"
+    else:
+        path = resolve_path(str(base))
+        flat, stem, where = _flat_spec(path), path.stem, where or str(path)
+    flat = apply_overrides(flat, overrides)
+    for field in values:
+        if field not in FIELDS:
+            raise SpecError(f"{where}: unknown hardware field {field!r}; fields: see "
+                            "`dse hw show a100`")
+    flat.update({k: list(v) if isinstance(v, tuple) else v for k, v in values.items()})
+    accelerator = build(flat, where=where, name=stem)
+    if name is not None:
+        return replace(accelerator, name=name)
+    changes = (*(o.strip() for o in overrides),
+               *(f"{k}={_value_text(v)}" for k, v in values.items()))
+    if not changes:
+        return accelerator
+    # The name carries the changes so that result tables stay unambiguous.
+    return replace(accelerator, name=f"{accelerator.name}[{'; '.join(changes)}]",
+                   overrides=changes)
+
+
 def load(name_or_path: str, overrides: Sequence[str] | Iterable[str] = ()) -> Accelerator:
     """Load a catalog entry, alias or TOML file, then apply ``FIELD=VALUE`` overrides."""
-    overrides = tuple(overrides)
-    path = resolve_path(name_or_path)
-    flat = _flat_spec(path)
-    flat = apply_overrides(flat, overrides)
-    accelerator = build(flat, where=str(path), name=path.stem)
-    if overrides:
-        # The name carries the overrides so that result tables stay unambiguous.
-        label = f"{accelerator.name}[{'; '.join(o.strip() for o in overrides)}]"
-        accelerator = replace(accelerator, name=label, overrides=overrides)
-    return accelerator
+    return derive(name_or_path, overrides=overrides)

@@ -112,10 +112,18 @@ def _texts(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _provenance(value: Any, where: str) -> dict[str, Any]:
+    # Free-form description of where the figures come from (`dse hw probe` writes it: command,
+    # date, repeats, spread, versions per field); kept on the Accelerator, moves no number.
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: expected a table [provenance]")
+    return value
+
+
 #: Every model field, by dotted key path. Each one moves some output: the rates, the sparse core
 #: and block sparsity move the evaluator's; the on-chip sizes (sm_count,
 #: shared_memory_per_sm_bytes, l2_bytes) and kernel_launch_overhead_s are optional and move the
-#: simulator's (dse.simulate), which the roofline evaluator ignores.
+#: simulator's (dse.sim.simulate), which the roofline evaluator ignores.
 FIELDS: dict[str, Callable[[Any, str], Any]] = {
     "dram_bandwidth_bytes_per_s": _positive_float,
     **{f"tensor_flops_per_s.{d}": _positive_float for d in TENSOR_DTYPES},
@@ -138,6 +146,7 @@ METADATA: dict[str, Callable[[Any, str], Any]] = {
     "sources": _texts,
     "unverified": _texts,
     "extends": _text,
+    "provenance": _provenance,
 }
 
 _TABLES = {"tensor_flops_per_s", "vector_flops_per_s", "sparse_tensor", "block_sparse"}
@@ -147,7 +156,9 @@ def _flatten(table: Mapping[str, Any], where: str, prefix: str = "") -> dict[str
     flat: dict[str, Any] = {}
     for key, value in table.items():
         path = f"{prefix}{key}"
-        if isinstance(value, dict):
+        if not prefix and key == "provenance":  # free-form table, validated in build()
+            flat[path] = value
+        elif isinstance(value, dict):
             if prefix or key not in _TABLES:
                 raise SpecError(f"{where}: unknown table [{path}]; known tables: "
                                 + ", ".join(sorted(_TABLES)))
@@ -259,6 +270,7 @@ def build(flat: Mapping[str, Any], where: str, name: str) -> Accelerator:
         aliases=values.get("aliases", ()),
         sources=values.get("sources", ()),
         unverified=values.get("unverified", ()),
+        provenance=values.get("provenance", {}),
     )
 
 

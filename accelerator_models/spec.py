@@ -8,6 +8,7 @@ sparse rates are never mixed in one number.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "Accelerator",
@@ -66,7 +67,7 @@ class Accelerator:
     block_sparse: BlockSparse
     sparse_tensor: SparseTensorCore | None = None
     # On-chip sizes and launch cost: optional, because the roofline evaluator never reads them;
-    # the event-level simulator (dse.simulate) does, and says which one is missing.
+    # the event-level simulator (dse.sim.simulate) does, and says which one is missing.
     sm_count: int | None = None
     shared_memory_per_sm_bytes: float | None = None
     l2_bytes: float | None = None
@@ -76,6 +77,9 @@ class Accelerator:
     unverified: tuple[str, ...] = ()
     #: ``FIELD=VALUE`` overrides applied on top of the file (``--set``), in order.
     overrides: tuple[str, ...] = field(default=())
+    #: Where the figures come from (the optional ``[provenance]`` table, e.g. written by
+    #: ``dse hw probe``): descriptive only, never read by a model and not compared.
+    provenance: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def tensor_rate(self, dtype: str) -> float:
         """Dense tensor-core peak in FLOP/s for ``dtype``."""

@@ -4,9 +4,9 @@ Run from the repository root::
 
     python -m benchmarks.evaluator_throughput [--json PATH] [--strict]
 
-Search path: the per-design totals kernel (``dse._kernels.design_totals`` through the evaluator's
-``_Problem.totals``) over a grid of design
-points (hardware variants x formats x batches), all ops in scope, timed warm. The same priced
+Search path: the per-design totals kernel (``dse.roofline.kernels.design_totals`` through the
+evaluator's ``Problem.totals``) over a grid of design points (hardware variants x formats x
+batches), all ops in scope, timed warm. The same priced
 arrays go through the vectorized numpy reference ``tests.naive.numpy_design_totals`` and, for a
 spread-out subset of the designs, through the plain-Python reference ``tests.naive.naive_costs``
 + ``naive_totals``. The figure is op-evaluations per second: designs x ops in scope / seconds.
@@ -34,10 +34,10 @@ import pandas as pd
 
 import accelerator_models
 import dse
-from dse import _kernels as K
-from dse.evaluator import _prepare  # the search path's own array preparation
-from dse.numerics import Numerics
-from dse.pricing import scope_ops
+from dse.roofline import kernels as K
+from dse.roofline.evaluator import prepare  # the search path's own array preparation
+from dse.roofline.numerics import Numerics
+from dse.roofline.pricing import scope_ops
 from tests.naive import naive_costs, naive_totals, numpy_design_totals
 from workloads import Trace, load_trace
 
@@ -113,7 +113,7 @@ def time_calls(fn: Callable[[], object], repeats: int) -> list[float]:
 
 def priced_arrays(problem, ops: np.ndarray) -> dict[str, np.ndarray]:
     """Every array the totals kernels take, by their parameter names, built as the evaluator
-    builds them for ``dse.evaluate`` (``fallback_ops`` as ``_Problem.totals`` does)."""
+    builds them for ``dse.evaluate`` (``fallback_ops`` as ``Problem.totals`` does)."""
     p = problem.pricing
     return {"hw": problem.hw, "native_ok": problem.native_ok, "batches": problem.batches,
             "fallback_ops": p.needs_support[:, ops].sum(axis=1).astype(np.int64),
@@ -181,7 +181,7 @@ def python_design(trace: Trace, acc, fmt, batch: int) -> list[float]:
 def throughput(trace: Trace, hardware: list, repeats: int) -> dict:
     clock = cpu_clock()
     start = time.perf_counter()
-    problem = _prepare(trace, hardware, list(FORMATS), list(BATCHES), Numerics())
+    problem = prepare(trace, hardware, list(FORMATS), list(BATCHES), Numerics())
     ops = scope_ops(problem.pricing, "all")
     arrays = priced_arrays(problem, ops)
     problem.arrays("all")  # the kernels' per-scope arrays, built once per grid (cached)

@@ -42,9 +42,9 @@ def median_of(argv_for, repeats: int, cwd: str) -> float:
 def evaluator_alone() -> tuple[float, int]:
     """The evaluator on the million-point space's designs, in process (imports excluded)."""
     from search.problem import Problem
-    from search.study import SearchRequest, _new_settings
+    from search.study import SearchRequest, new_settings
 
-    problem = Problem(_new_settings(SearchRequest(space=MILLION, target="1.3x_over_2:4")))
+    problem = Problem(new_settings(SearchRequest(space=MILLION, target="1.3x_over_2:4")))
     points = list(problem.space.hardware_points())
     accelerators = [problem.builder.build(p.base, p.values) for p in points]
     from dse import evaluate

@@ -8,8 +8,8 @@ Three figures, each against a target of the issue and a reference measured in th
 
 1. **Event throughput**: convnext_tiny, a100, 2:4, batch 32, unfused, scope all, a 5e5-byte
    buffer (about 47,000 tiles, 0.8 M SimPy events). The SimPy run alone
-   (``dse.simulator.run`` on a plan made beforehand by ``dse.sim_plan.work`` + ``plan``) and
-   ``dse.simulate`` end to end, in events per second. Reference: a bare SimPy loop (one process
+   (``dse.sim.engine.run`` on a plan made beforehand by ``dse.sim.plan.work`` + ``plan``) and
+   ``dse.sim.simulate`` end to end, in events per second. Reference: a bare SimPy loop (one process
    yielding as many timeouts, plain ``simpy.Environment``): the engine's ceiling here.
 2. **Batch 1, default tiling**: ``simulate(convnext_tiny, a100, 2:4, 1, unfused, scope)`` with
    ``SimConfig()`` for scope all and gemm, in process (first call and warm median), and the
@@ -45,10 +45,10 @@ from benchmarks.evaluator_throughput import (
     parse_benchmark_args,
     wait_idle,
 )
-from dse.numerics import Numerics
-from dse.sim_plan import plan, work
-from dse.simulate import SimConfig, resolve_launch, simulate
-from dse.simulator import _CountingEnvironment, run
+from dse.roofline.numerics import Numerics
+from dse.sim.engine import CountingEnvironment, run
+from dse.sim.plan import plan, work
+from dse.sim.simulate import SimConfig, resolve_launch, simulate
 from formats import parse as parse_format
 from workloads import load_trace
 
@@ -74,7 +74,7 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
 
 
 def run_alone(trace, acc, batch: int, buffer_bytes: float, repeats: int) -> dict:
-    """Plan once, then time ``dse.simulator.run`` alone ``repeats`` times (median)."""
+    """Plan once, then time ``dse.sim.engine.run`` alone ``repeats`` times (median)."""
     clock = cpu_clock()
     launch = resolve_launch(acc, SimConfig())
     plan_s, p = timed(lambda: plan(work(trace, acc, parse_format(FORMAT), batch, FUSION, "all",
@@ -133,7 +133,7 @@ def bare_simpy(events: int, repeats: int) -> dict:
 
     clock = cpu_clock()
     plain = statistics.median(once(simpy.Environment)[0] for _ in range(repeats))
-    counted = [once(_CountingEnvironment) for _ in range(repeats)]
+    counted = [once(CountingEnvironment) for _ in range(repeats)]
     if counted[0][1].processed != events:
         raise SystemExit(f"benchmarks: the bare loop processed {counted[0][1].processed} "
                          f"events, not {events}")
@@ -215,7 +215,7 @@ def report(env: dict, r: dict) -> tuple[str, dict]:
         out(f"   {label:44}{seconds:>10.3f}{rate:>11.3g}"
             f"{rate / bare['plain_events_per_s']:>8.0%} {_cores(others):>7}")
 
-    row("SimPy run alone (dse.simulator.run)", t["run_s"], t["run_events_per_s"],
+    row("SimPy run alone (dse.sim.engine.run)", t["run_s"], t["run_events_per_s"],
         t["other_processes_cores"])
     row("simulate() end to end", e2e["simulate_s"], e2e["simulate_events_per_s"],
         e2e["other_processes_cores"])

@@ -1,15 +1,13 @@
-"""Result files and printed tables. Files are written atomically: a temporary file in the target
-folder, renamed into place only once complete, so an interrupted run leaves nothing half-written.
-"""
+"""Result files: the checks that an output path can be written (run before any work) and atomic
+writes (a temporary file in the target folder, renamed into place only once complete, so an
+interrupted run leaves nothing half-written). Library code: it never prints."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -17,7 +15,7 @@ from typing import BinaryIO
 import numpy as np
 import pandas as pd
 
-__all__ = ["OutputError", "SUFFIXES", "StatusLine", "check_output_path", "format_seconds",
+__all__ = ["OutputError", "SUFFIXES", "check_output_path", "check_report_dir", "format_seconds",
            "write_atomic", "write_table"]
 
 SUFFIXES = (".csv", ".parquet", ".json")
@@ -43,6 +41,18 @@ def check_output_path(path: Path, suffixes: tuple[str, ...] = SUFFIXES,
         raise OutputError(f"{option} {path}: is a folder; give a file name")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"{option} {path}: folder {folder} is not writable")
+    return path
+
+
+def check_report_dir(path: Path, option: str = "--report") -> Path:
+    """Fail early, before any work, when ``path`` cannot become a report folder; errors name
+    ``option``."""
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{option} {path}: is a file, not a report folder")
+    parent = path if path.exists() else (path.parent if str(path.parent) else Path("."))
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{option} {path}: folder {parent} is missing or not writable; "
+                          "create it or choose another")
     return path
 
 
@@ -110,26 +120,3 @@ def format_seconds(seconds: float) -> str:
         if abs(seconds) >= scale:
             return f"{seconds / scale:.3g} {unit}"
     return f"{seconds:.3g} s"
-
-
-class StatusLine:
-    """``status(done, total)``: a line on stderr every few seconds while long work runs (and
-    its last count, once it has run that long), so it shows it is alive."""
-
-    def __init__(self, verb: str, unit: str, total: int = 0, every_s: float = 2.0) -> None:
-        self.verb, self.unit, self.total, self.every_s = verb, unit, total, every_s
-        self.started = self.last = time.monotonic()
-        self.done = 0
-
-    def tick(self) -> None:
-        """One more of ``total`` done."""
-        self.done += 1
-        self(self.done, self.total)
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if now - self.last >= self.every_s or (done == total
-                                               and now - self.started >= self.every_s):
-            self.last = now
-            print(f"dse: {self.verb} {done}/{total} {self.unit} ({now - self.started:.1f} s)",
-                  file=sys.stderr, flush=True)

@@ -1,38 +1,24 @@
 """Search over formats and hardware against accuracy tables.
 
-``run_search(SearchRequest(target="1.3x_over_2:4"))`` runs `dse search` from Python (imported on
-first use: it brings Optuna and SQLAlchemy, which the rest of the package does not need).
+Owns search spaces in TOML (:mod:`.space`), targets and objectives (:mod:`.target`), scoring and
+ranking designs (:mod:`.scoring`), the exhaustive and Optuna engines, study storage in SQLite or
+PostgreSQL (:mod:`.storage`) and running a study (:mod:`.study`). It evaluates through
+``dse.explore``'s grid and takes accuracy from ``dse.accuracy``; it never prints and never reads
+argv (the command line, ``dse.cli.search``, does both).
 
->>> from search import AccuracyTable
->>> import pandas as pd
->>> rows = [("dense", "dense", 0.0, 95.0), ("unstructured@50%", "unstructured", 0.5, 90.0)]
->>> table = AccuracyTable.from_frame(pd.DataFrame(
-...     [{"model": "m", "pattern": p, "family": f, "block": None, "n": None, "m": None,
-...       "sparsity": s, "metric": "top1", "value": v, "dataset": "d", "source": "doc"}
-...      for p, f, s, v in rows]))
->>> table.lookup("m", "unstructured@25%").value
-92.5
+``run_search(SearchRequest(target="1.3x_over_2:4"))`` runs `dse search` from Python (imported on
+first use: it brings Optuna and SQLAlchemy).
+
+>>> from search import load_space
+>>> space, _ = load_space()
+>>> space.models
+('convnext_tiny', 'swin_tiny')
 """
 
-from .accuracy import (
-    COLUMNS,
-    DEFAULT_TABLE,
-    AccuracyLookup,
-    AccuracyTable,
-    AccuracyTableError,
-    load_accuracy_table,
-)
-
 __all__ = [
-    "COLUMNS",
     "SearchRequest",
     "load_space",
     "run_search",
-    "DEFAULT_TABLE",
-    "AccuracyLookup",
-    "AccuracyTable",
-    "AccuracyTableError",
-    "load_accuracy_table",
 ]
 
 

@@ -16,12 +16,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dse.evaluator import evaluate, label_column
+from dse.accuracy import DEFAULT_TABLE, AccuracyTable, AccuracyTableError, load_accuracy_table
+from dse.explore import ROOFLINE, Block, Evaluator, Simulator, evaluate_grid
+from dse.roofline.evaluator import label_column
+from dse.sim import SimConfig
 from formats import NM
 from formats import parse as parse_format
 from workloads import Trace, TraceError, load_trace
 
-from .accuracy import DEFAULT_TABLE, AccuracyTable, AccuracyTableError, load_accuracy_table
 from .errors import SearchError, TargetError
 from .scoring import score
 from .space import HardwareBuilder, HardwarePoint, SearchSpace, expand_formats, parse_space
@@ -163,13 +165,13 @@ class Problem:
         evaluated format (or ``formats``) and batch; rows in hardware, format, batch order."""
         trace = self.traces[model]
         formats = self.evaluated if formats is None else formats
-        accelerators = [self.builder.build(p.base, p.values) for p in points]
-        frame = evaluate(trace, accelerators, list(formats), list(self.space.batches),
-                         fusion=self.space.fusion, scope=self.space.scope, categorical=True)
+        accelerators = tuple(self.builder.build(p.base, p.values) for p in points)
+        (frame,) = evaluate_grid([Block(trace, accelerators, tuple(formats))],
+                                 list(self.space.batches), fusion=self.space.fusion,
+                                 scope=self.space.scope, evaluator=self.evaluator,
+                                 categorical=True)
         # evaluate's rows run hardware-major: each point's formats x batches together.
         per_point = len(frame) // len(points)
-        if self.simulation is not None:
-            frame = self._simulated(frame, trace, accelerators, formats, per_point)
         local = np.repeat(np.arange(len(points)), per_point)
         frame.insert(2, "hw_point", local + first)
         for j, column in enumerate(self.knob_columns):
@@ -178,34 +180,17 @@ class Problem:
                              else np.array(values)[local])
         return score(frame, set(self.candidates), self.accuracy[trace.model], self.target)
 
-
     @cached_property
-    def simulation(self):
+    def simulation(self) -> SimConfig | None:
         """The simulator's settings when the study evaluates with it, else None."""
         if self.settings.extra.get("evaluator", "roofline") != "simulate":
             return None
-        from dse.sim_fanout import sim_config_from_dict
+        return SimConfig.from_dict(self.settings.extra.get("simulation", {}))
 
-        return sim_config_from_dict(self.settings.extra.get("simulation", {}))
-
-    def _simulated(self, frame: pd.DataFrame, trace: Trace, accelerators, formats,
-                   per_point: int) -> pd.DataFrame:
-        """The rows with the simulator's latencies (accelerators of one base share a name, so
-        each hardware point is simulated on its own)."""
-        from dse.evaluator import DEFAULT_NUMERICS
-        from dse.sim_fanout import simulated
-
-        fmts = {parse_format(f).name: parse_format(f) for f in formats}
-        parts = []
-        for i, acc in enumerate(accelerators):
-            part = frame.iloc[i * per_point:(i + 1) * per_point]
-            parts.append(simulated(part, {trace.model: trace}, {acc.name: acc}, fmts,
-                                   self.simulation, DEFAULT_NUMERICS, progress=False))
-        out = pd.concat(parts, ignore_index=True)
-        for column in frame.columns:  # keep the categoricals the engines expect
-            if isinstance(frame[column].dtype, pd.CategoricalDtype):
-                out[column] = out[column].astype(frame[column].dtype)
-        return out
+    @cached_property
+    def evaluator(self) -> Evaluator:
+        """The roofline, or the simulator in this process (the study's workers fan out)."""
+        return ROOFLINE if self.simulation is None else Simulator(self.simulation)
 
 
 def _cell(value: Any) -> Any:

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from dse.evaluator import label_column
+from dse.accuracy import attach_accuracy
+from dse.roofline.evaluator import label_column
 
 from .target import Objective, Target
 
@@ -34,13 +35,10 @@ def score(rows: pd.DataFrame, candidates: set[str], accuracy: Mapping[str, tuple
     to (percent, status); missing formats get NaN and status ``missing``. Label columns come
     out as categoricals (built from codes: millions of rows in milliseconds).
     """
-    out = rows
+    out = attach_accuracy(rows, accuracy)
     formats = pd.Categorical(out["format"])
     names = [str(n) for n in formats.categories]
     codes = formats.codes.astype(np.int64)
-    found = [accuracy.get(n, (np.nan, "missing")) for n in names]
-    out["accuracy"] = np.array([v for v, _ in found], dtype=np.float64)[codes]
-    out["accuracy_status"] = label_column(codes, [st for _, st in found])
     baseline = None if target is None else target.baseline.name
     roles = ["baseline" if n == baseline else "candidate" if n in candidates
              else "dense" if n == "dense" else "baseline" for n in names]

@@ -44,9 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from accelerator_models import FIELDS, Accelerator, SpecError
-from accelerator_models.catalog import _flat_spec, resolve_path
-from accelerator_models.loader import build
+from accelerator_models import FIELDS, Accelerator, SpecError, derive, resolve_path, spec_fields
 from formats import FormatError
 from formats import parse as parse_format
 
@@ -471,7 +469,7 @@ class HardwareBuilder:
         self.names = []
         for base in space.hardware:
             path = resolve_path(base)
-            flat = dict(_flat_spec(path))
+            flat = spec_fields(path)
             for field, value in space.fixed:
                 flat[field] = self._value(field, value, nm_patterns)
             self.flats.append(flat)
@@ -488,17 +486,14 @@ class HardwareBuilder:
         return list(value) if isinstance(value, tuple) else value
 
     def _build(self, base: int, values: Mapping[str, Any]) -> Accelerator:
-        flat = self.flats[base]
-        if values:
-            flat = dict(flat)
-            for field, value in values.items():
-                flat[field] = self._value(field, value, self.nm_patterns)
+        changes = {field: self._value(field, value, self.nm_patterns)
+                   for field, value in values.items()}
         try:
-            acc = build(flat, where=f"search space {self.space.where}: hardware "
-                        f"{self.space.hardware[base]}", name=self.names[base])
+            return derive(self.flats[base], changes, name=self.names[base],
+                          where=f"search space {self.space.where}: hardware "
+                                f"{self.space.hardware[base]}")
         except SpecError as exc:
             raise SpaceError(str(exc)) from None
-        return acc
 
     def build(self, base: int, values: Sequence[Any]) -> Accelerator:
         """The accelerator of a hardware point (cached: every model of a search reuses it)."""

@@ -16,12 +16,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from dse.output import OutputError, write_atomic, write_table
+from dse.sim import SimConfig
 
 from . import exhaustive
 from . import optuna_engine as opt
@@ -32,8 +33,8 @@ from .space import DEFAULT_SPACE, load_space
 from .storage import Storage, open_storage, sqlite_url
 from .target import DEFAULT_MAX_ACC_DROP
 
-__all__ = ["ENGINES", "EXHAUSTIVE_MAX", "SearchOutcome", "SearchRequest", "run_search",
-           "run_worker"]
+__all__ = ["ENGINES", "EXHAUSTIVE_MAX", "Notify", "Progress", "SearchOutcome", "SearchRequest",
+           "WorkerOutcome", "new_settings", "run_search", "run_worker"]
 
 ENGINES = ("auto", "exhaustive", "optuna")
 #: Largest finite space `--engine auto` enumerates (design points, dense and baseline included);
@@ -67,9 +68,9 @@ class SearchRequest:
     results_format: str = "parquet"
     top: int = 10
     chunk_points: int | None = None
-    #: "roofline" or "simulate"; ``simulation``: dse.SimConfig fields (JSON values).
+    #: "roofline" or "simulate"; ``simulation``: the simulator's settings (default SimConfig()).
     evaluator: str | None = None
-    simulation: dict | None = None
+    simulation: SimConfig | None = None
 
 
 @dataclass
@@ -86,36 +87,31 @@ class SearchOutcome:
     problem: Problem | None = None
 
 
-class Progress:
-    """A status line on stderr at most every ``every`` seconds, and one at the end."""
+#: ``progress(done, total, unit)``: chunks or trials of the study stored so far.
+Progress = Callable[[int, int, str], None]
+#: ``notify(line)``: what the search is doing, in words (the command line prints it).
+Notify = Callable[[str], None]
 
-    def __init__(self, label: str, total: int, unit: str, stream: TextIO | None = None,
-                 every: float = 1.0) -> None:
-        self.label, self.total, self.unit = label, total, unit
-        self.stream = stream if stream is not None else sys.stderr
-        self.every = every
-        self.start = self.last = time.perf_counter()
-        self.done = 0
-        self.designs = 0
+
+def _silent(*_args) -> None:
+    """The default listener: the library itself never prints."""
+
+
+class _Tally:
+    """Counts finished chunks or trials for a :data:`Progress` listener."""
+
+    def __init__(self, progress: Progress, done: int, total: int, unit: str) -> None:
+        self.progress, self.done, self.total, self.unit = progress, done, total, unit
 
     def __call__(self, designs: int = 0, done: int | None = None) -> None:
         self.done = self.done + 1 if done is None else done
-        self.designs += designs
-        now = time.perf_counter()
-        if now - self.last >= self.every:
-            self.last = now
-            self.show()
-
-    def show(self) -> None:
-        share = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
-        designs = f", {self.designs:,} design rows" if self.designs else ""
-        print(f"{self.label}: {self.done}/{self.total} {self.unit}{share}{designs}, "
-              f"{time.perf_counter() - self.start:.1f} s", file=self.stream, flush=True)
+        self.progress(self.done, self.total, self.unit)
 
 
 # --- settings ---------------------------------------------------------------------------------
 
-def _new_settings(request: SearchRequest) -> Settings:
+def new_settings(request: SearchRequest) -> Settings:
+    """The settings a new study stores for ``request`` (defaults filled in, inputs checked)."""
     space, text = load_space(request.space)
     path = request.space
     folder = str((Path(path).parent if path is not None else Path(".")).resolve())
@@ -140,10 +136,8 @@ def _evaluator_extra(request: SearchRequest) -> dict:
         raise SearchError(f"--evaluator {evaluator}: use roofline or simulate")
     if evaluator == "roofline":
         return {}
-    from dse.sim_fanout import sim_config_dict, sim_config_from_dict
-
-    config = sim_config_from_dict(request.simulation or {})  # checked before the study exists
-    return {"evaluator": "simulate", "simulation": sim_config_dict(config)}
+    config = (request.simulation or SimConfig()).check()  # before the study exists
+    return {"evaluator": "simulate", "simulation": config.to_dict()}
 
 
 def _resolve_engine(settings: Settings, problem: Problem) -> Settings:
@@ -247,7 +241,7 @@ def _state(problem: Problem, storage: Storage, study: str) -> tuple[int, int, st
 
 
 def _spawn_workers(storage: Storage, study: str, n: int, out: Path,
-                   progress: Progress, problem: Problem) -> None:
+                   progress: _Tally, problem: Problem) -> None:
     env = dict(os.environ, **{STORAGE_ENV: storage.url})
     logs = [out / f"worker-{i}.log" for i in range(n)]
     procs = []
@@ -277,8 +271,10 @@ def _spawn_workers(storage: Storage, study: str, n: int, out: Path,
         log.unlink(missing_ok=True)
 
 
-def run_search(request: SearchRequest, stream: TextIO | None = None) -> SearchOutcome:
-    stream = stream if stream is not None else sys.stderr
+def run_search(request: SearchRequest, notify: Notify = _silent,
+               progress: Progress = _silent) -> SearchOutcome:
+    """Run (or resume) the search ``request`` asks for; ``notify`` hears what it is doing,
+    ``progress`` how much of the study is done."""
     started = time.perf_counter()
     if request.workers < 1:
         raise SearchError("--workers must be at least 1")
@@ -304,9 +300,9 @@ def run_search(request: SearchRequest, stream: TextIO | None = None) -> SearchOu
             recovered = opt.recover(problem, storage, study)
         unit = "chunks" if settings.engine == "exhaustive" else "trials"
         note = f" ({recovered} interrupted {unit} to redo)" if recovered else ""
-        print(f"resuming study {study} in {storage.shown}{note}", file=stream)
+        notify(f"resuming study {study} in {storage.shown}{note}")
     else:
-        settings = _new_settings(request)
+        settings = new_settings(request)
         problem = Problem(settings)  # validates every input before anything is written
         settings = _resolve_engine(settings, problem)
         problem.settings = settings
@@ -324,24 +320,21 @@ def run_search(request: SearchRequest, stream: TextIO | None = None) -> SearchOu
             storage.add_chunks(study, exhaustive.chunk_count(problem))
         else:
             opt.create(problem, storage, study)
-        print(f"study {study} in {storage.shown}: {settings.engine} engine, "
-              f"{_describe_size(problem)}", file=stream)
-    done, total, unit = _state(problem, storage, study)
-    progress = Progress(f"search {study}", total, unit, stream)
-    progress.done = done
+        notify(f"study {study} in {storage.shown}: {settings.engine} engine, "
+               f"{_describe_size(problem)}")
+    tally = _Tally(progress, *_state(problem, storage, study))
     try:
         if request.workers == 1:
-            _work(problem, storage, study, 0, progress)
+            _work(problem, storage, study, 0, tally)
         else:
-            _spawn_workers(storage, study, request.workers, out, progress, problem)
+            _spawn_workers(storage, study, request.workers, out, tally, problem)
     except KeyboardInterrupt:
         again = f"dse search --resume --study {study}" + (
             f" --out {out}" if request.out is not None else "") + (
             " --storage URL" if request.storage is not None else "")
         raise SearchInterrupted(f"search interrupted; completed work is kept in the study: "
                                 f"continue with `{again}`") from None
-    progress.done = _state(problem, storage, study)[0]
-    progress.show()
+    tally(done=_state(problem, storage, study)[0])
     outcome = collect(problem, storage, study, out, request)
     outcome.seconds = time.perf_counter() - started
     _write_summary(outcome, request)
@@ -363,23 +356,21 @@ def _describe_size(problem: Problem) -> str:
     return f"a budget of {s.trials} trials (seed {s.seed})"
 
 
-def run_worker(storage_url: str, study: str, index: int, quiet: bool = False,
-               stream: TextIO | None = None) -> int:
-    """Join ``study`` and work until it is done; returns how many chunks or trials ran here."""
-    stream = stream if stream is not None else sys.stderr
+@dataclass(frozen=True)
+class WorkerOutcome:
+    ran: int  # chunks or trials this worker completed
+    unit: str  # "chunks" or "trials"
+
+
+def run_worker(storage_url: str, study: str, index: int,
+               progress: Progress = _silent) -> WorkerOutcome:
+    """Join ``study`` and work until it is done; returns how much ran here."""
     storage = open_storage(storage_url)
     settings = Settings.from_json(storage.settings(study))
     problem = Problem(settings)
-    done, total, unit = _state(problem, storage, study)
-    progress = None
-    if not quiet:
-        progress = Progress(f"worker {index} on {study}", total, unit, stream)
-        progress.done = done
-    ran = _work(problem, storage, study, index, progress)
-    if not quiet:
-        print(f"worker {index}: {ran} {unit} done here; the study is complete. Results: "
-              f"dse search --resume --study {study} --storage URL", file=stream)
-    return ran
+    tally = _Tally(progress, *_state(problem, storage, study))
+    ran = _work(problem, storage, study, index, tally)
+    return WorkerOutcome(ran, tally.unit)
 
 
 # --- results ----------------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 ``naive_costs`` works from the trace, the hardware spec and the format's parameters with the
 equations of DESIGN.md written out again, op by op, in plain Python: it shares no code with
-``dse.pricing`` or ``dse._kernels``. ``numpy_design_totals`` is a vectorized numpy version of the
-totals kernel over the same priced arrays, used as the benchmark's reference.
+``dse.roofline.pricing`` or ``dse.roofline.kernels``. ``numpy_design_totals`` is a vectorized numpy
+version of the totals kernel over the same priced arrays, used as the benchmark's reference.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def numpy_design_totals(hw, native_ok, batches, flops, wbytes, unit, needs, csr_
                         dense_flops, dense_wbytes, feat_unfused, feat_fused, vflops, ops):
     """Vectorized totals over (hardware, format, batch, op): latency unfused, fused, prefetched.
 
-    Same arguments as ``dse._kernels.design_totals`` less ``fallback_ops``; returns the
+    Same arguments as ``dse.roofline.kernels.design_totals`` less ``fallback_ops``; returns the
     latencies ``(D, 3)`` (unfused, fused, fused_prefetched).
     """
     flops, wbytes, unit = flops[:, ops], wbytes[:, ops], unit[:, ops]

@@ -659,7 +659,7 @@ MOVES = {
 }
 
 
-# The on-chip sizes and the launch overhead move the simulator's outputs (dse.simulate), not the
+# The on-chip sizes and the launch overhead move the simulator's outputs (dse.sim.simulate), not the
 # roofline evaluator's; a test that each moves a simulated latency comes with the simulator.
 SIMULATOR_FIELDS = {"sm_count", "shared_memory_per_sm_bytes", "l2_bytes",
                     "kernel_launch_overhead_s"}

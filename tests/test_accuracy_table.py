@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dse.accuracy import COLUMNS, AccuracyTable, AccuracyTableError, load_accuracy_table
 from formats import NM, Block, Unstructured, parse
-from search import COLUMNS, AccuracyTable, AccuracyTableError, load_accuracy_table
 
 MODEL = "resnet18"
 DATASET = "sklearn-digits-32px"

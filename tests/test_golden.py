@@ -61,7 +61,7 @@ def _hardware(name, round_gpu):
 def test_layer_golden(request, round_gpu, trace_name, op, fmt, hw, batch, fallback, compute,
                       memory):
     trace = request.getfixturevalue({"chain": "chain", "convs": "convs"}[trace_name])
-    table = dse.evaluate_layers(trace, _hardware(hw, round_gpu), fmt, batch)
+    table = dse.evaluate_layers(trace, _hardware(hw, round_gpu), fmt, batch, scope="all")
     row = table[(table["format"] == fmt) & (table["op"] == op)].iloc[0]
     assert row["fallback"] == fallback
     assert row["compute_s"] == pytest.approx(compute, rel=REL)
@@ -94,7 +94,8 @@ def test_totals_golden(chain, round_gpu, scope, fusion, latency):
 
 
 def test_feature_share_golden(chain, round_gpu):
-    table = dse.evaluate(chain, round_gpu, "dense", 1, scope="all").set_index("fusion")
+    table = dse.evaluate(chain, round_gpu, "dense", 1, fusion=dse.FUSIONS, scope="all")
+    table = table.set_index("fusion")
     # unfused: features 3 ops x 65 536 = 196 608 bytes; weights 2 x 2 097 152 = 4 194 304.
     assert table.loc["unfused", "feature_bytes_share"] == pytest.approx(
         196_608 / (196_608 + 4_194_304), rel=REL)
@@ -121,7 +122,7 @@ def test_bias_stays_dense_golden(round_gpu):
     trace = Trace.from_records("fc_bias", [16, 1024], [
         op("fc", "linear", 1024, 1024, 16, 1, 1024 * 1024 + 1024, 16384, 16384, 0, True,
            ["input"])])
-    table = dse.evaluate_layers(trace, round_gpu, "2:4", 1).set_index("format")
+    table = dse.evaluate_layers(trace, round_gpu, "2:4", 1, scope="all").set_index("format")
     assert table.loc["2:4", "memory_s"] == pytest.approx(1_247_232 / 1e12, rel=REL)
     assert table.loc["dense", "memory_s"] == pytest.approx(2_164_736 / 1e12, rel=REL)
 
@@ -137,7 +138,8 @@ def test_per_layer_density_golden(round_gpu):
     record = op("fc", "linear", 1024, 1024, 16, 1, 1024 * 1024, 16384, 16384, 0, True,
                 ["input"])
     trace = Trace.from_records("pruned", [16, 1024], [record | {"density": 0.25}])
-    layers = dse.evaluate_layers(trace, round_gpu, ["unstructured@90%", "2:4"], 1)
+    layers = dse.evaluate_layers(trace, round_gpu, ["unstructured@90%", "2:4"], 1,
+                                 scope="all")
     layers = layers.set_index("format")
     assert layers.loc["unstructured@90%", "compute_s"] == pytest.approx(8_388_608 / 1e13, rel=REL)
     assert layers.loc["unstructured@90%", "memory_s"] == pytest.approx(1_642_500 / 1e12, rel=REL)

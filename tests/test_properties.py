@@ -22,7 +22,7 @@ scopes = st.sampled_from(dse.SCOPES)
 def _latencies(trace, hardware, fmts, batch_sizes, scope):
     if scope == "gemm" and not trace.ops["prunable"].any():
         scope = "all"
-    table = dse.evaluate(trace, hardware, fmts, batch_sizes, scope=scope)
+    table = dse.evaluate(trace, hardware, fmts, batch_sizes, fusion=dse.FUSIONS, scope=scope)
     return table.set_index(["format", "batch", "fusion"])["latency_s"]
 
 
@@ -54,7 +54,7 @@ def test_fusion_order(trace, hw, fmts, batch_sizes, scope):
     hw = [replace(a, name=f"hw{i}") for i, a in enumerate(hw)]
     if scope == "gemm" and not trace.ops["prunable"].any():
         scope = "all"
-    table = dse.evaluate(trace, hw, fmts, batch_sizes, scope=scope)
+    table = dse.evaluate(trace, hw, fmts, batch_sizes, fusion=dse.FUSIONS, scope=scope)
     wide = table.pivot_table(index=["hardware", "format", "batch"], columns="fusion",
                              values="latency_s")
     assert (wide["fused_prefetched"] <= wide["fused"] * (1 + TOL)).all()
@@ -79,7 +79,7 @@ def test_zero_sparsity_never_beats_dense(trace, hw, batch_sizes, scope, block):
 def test_nm_speedup_bounded_by_m_over_n(trace, hw, fmt, batch_sizes, scope):
     if scope == "gemm" and not trace.ops["prunable"].any():
         scope = "all"
-    table = dse.evaluate(trace, hw, fmt, batch_sizes, scope=scope)
+    table = dse.evaluate(trace, hw, fmt, batch_sizes, fusion=dse.FUSIONS, scope=scope)
     speedup = table.loc[table["format"] == fmt.name, "speedup"]
     assert (speedup <= fmt.m / fmt.n * (1 + TOL)).all()
 
@@ -87,11 +87,11 @@ def test_nm_speedup_bounded_by_m_over_n(trace, hw, fmt, batch_sizes, scope):
 @props
 @given(trace=traces(), hw=accelerators(), fmt=any_formats, batch_sizes=batches)
 def test_per_op_sums_at_least_whole_graph_max(trace, hw, fmt, batch_sizes):
-    table = dse.evaluate(trace, hw, fmt, batch_sizes, scope="all")
+    table = dse.evaluate(trace, hw, fmt, batch_sizes, fusion=dse.FUSIONS, scope="all")
     for row in table.itertuples():
         # Every fusion model's latency is at least the whole-graph roofline of its traffic.
         assert row.latency_s >= max(row.compute_s, row.memory_s) * (1 - TOL)
-    layers = dse.evaluate_layers(trace, hw, fmt, batch_sizes, fusion="unfused")
+    layers = dse.evaluate_layers(trace, hw, fmt, batch_sizes, fusion="unfused", scope="all")
     per_design = layers.groupby(["format", "batch"])
     sums = per_design["time_s"].sum()
     whole = np.maximum(per_design["compute_s"].sum(), per_design["memory_s"].sum())
@@ -110,7 +110,8 @@ def test_batch_is_a_multiply(trace, hw, fmt, batch):
     # The model input grows with the batch too: fold it into the first input dimension.
     shape = [trace.input_shape[0] * batch, *trace.input_shape[1:]]
     scaled = Trace.from_records("scaled", shape, records)
-    a = dse.evaluate(trace, hw, fmt, batch, scope="all").set_index(["format", "fusion"])
-    b = dse.evaluate(scaled, hw, fmt, 1, scope="all").set_index(["format", "fusion"])
+    a = dse.evaluate(trace, hw, fmt, batch, fusion=dse.FUSIONS, scope="all")
+    b = dse.evaluate(scaled, hw, fmt, 1, fusion=dse.FUSIONS, scope="all")
+    a, b = a.set_index(["format", "fusion"]), b.set_index(["format", "fusion"])
     np.testing.assert_allclose(a["latency_s"], b["latency_s"], rtol=1e-12)
     np.testing.assert_allclose(a["dram_bytes"], b["dram_bytes"], rtol=1e-12)

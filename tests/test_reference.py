@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dse
-from dse import _kernels
+from dse.roofline import kernels as _kernels
 from tests import naive
 from tests.strategies import accelerators, any_formats, traces
 
@@ -39,11 +39,11 @@ def test_totals_match_plain_python(trace, hardware, fmts, batches, scope):
     hardware = [replace(a, name=f"hw{i}") for i, a in enumerate(hardware)]
     if scope == "gemm" and not trace.ops["prunable"].any():
         with pytest.raises(dse.EvaluationError, match="no prunable"):
-            dse.evaluate(trace, hardware, fmts, batches, scope=scope)
+            dse.evaluate(trace, hardware, fmts, batches, fusion=dse.FUSIONS, scope=scope)
         return
-    table = dse.evaluate(trace, hardware, fmts, batches, scope=scope)
+    table = dse.evaluate(trace, hardware, fmts, batches, fusion=dse.FUSIONS, scope=scope)
     by_name = {a.name: a for a in hardware}
-    by_format = {f.name: f for f in fmts} | {"dense": dse.evaluator.parse_format("dense")}
+    by_format = {f.name: f for f in fmts} | {"dense": dse.roofline.evaluator.parse_format("dense")}
     for row in table.itertuples():
         expected, fallback = naive.naive_evaluate(trace, by_name[row.hardware],
                                                   by_format[row.format], row.batch, scope,
@@ -81,7 +81,7 @@ def test_layers_match_plain_python(trace, hardware, fmt, batch, fusion):
        fmts=st.lists(any_formats, min_size=1, max_size=4),
        batches=st.lists(st.integers(1, 512), min_size=1, max_size=3, unique=True))
 def test_numpy_reference_matches_kernel(trace, hardware, fmts, batches):
-    problem = dse.evaluator._prepare(trace, hardware, fmts, batches, dse.Numerics())
+    problem = dse.roofline.evaluator.prepare(trace, hardware, fmts, batches, dse.Numerics())
     p = problem.pricing
     expected = naive.numpy_design_totals(
         problem.hw, problem.native_ok, problem.batches, p.flops, p.weight_bytes, p.unit,
@@ -90,7 +90,7 @@ def test_numpy_reference_matches_kernel(trace, hardware, fmts, batches):
         np.arange(len(trace), dtype=np.int64))
     totals = problem.totals("all")
     for column, fusion in enumerate(dse.FUSIONS):
-        latency, _ = dse.evaluator._latency(totals, fusion)
+        latency, _ = dse.roofline.evaluator.fusion_latency(totals, fusion)
         np.testing.assert_allclose(latency.min(axis=1), expected[:, column], rtol=REL)
 
 
@@ -119,7 +119,7 @@ def test_reference_without_jit():
        batches=st.lists(st.integers(1, 512), min_size=1, max_size=3, unique=True))
 def test_parallel_and_serial_kernels_agree(trace, hardware, fmts, batches):
     # Small calls run the serial kernel; both compiled variants must give identical numbers.
-    problem = dse.evaluator._prepare(trace, hardware, fmts, batches, dse.Numerics())
+    problem = dse.roofline.evaluator.prepare(trace, hardware, fmts, batches, dse.Numerics())
     a = problem.arrays("all")
     args = (problem.hw, problem.native_ok, a.fallback_ops, problem.batches, a.tensor_flops,
             a.sparse_flops, a.csr_flops, a.weight_bytes, a.feature_bytes_unfused,

@@ -29,14 +29,9 @@ def chromium() -> Path:
 
 def _with_accuracy(evaluated: pd.DataFrame) -> pd.DataFrame:
     """The evaluated rows plus an accuracy column from the shipped accuracy table."""
-    from search import DEFAULT_TABLE, load_accuracy_table
+    from dse.accuracy import DEFAULT_TABLE, attach_accuracy, load_accuracy_table
 
-    formats = list(dict.fromkeys(evaluated["format"].astype(str)))
-    accuracy = load_accuracy_table(DEFAULT_TABLE).lookup_many(MODEL, formats)
-    by_format = dict(zip(accuracy["format"].astype(str), accuracy["accuracy"], strict=True))
-    out = evaluated.copy()
-    out["accuracy"] = [by_format[str(f)] for f in out["format"]]
-    return out
+    return attach_accuracy(evaluated.copy(), load_accuracy_table(DEFAULT_TABLE))
 
 
 def _report_sections():
@@ -46,7 +41,7 @@ def _report_sections():
 
     hardware = accelerator_models.load(HARDWARE)
     evaluated = evaluate(MODEL, hardware, FORMATS, batches=[1, 8, 32], fusion="unfused")
-    layers = evaluate_layers(MODEL, hardware, FORMATS, 1)
+    layers = evaluate_layers(MODEL, hardware, FORMATS, 1, scope="all")
     roof = reports.sparsity_roofline_data(_with_accuracy(evaluated[evaluated["batch"] == 1]))
     per_layer = reports.roofline_data(layers, hardware)
     mix = reports.bound_mix_data(layers)

@@ -16,8 +16,8 @@ import vl_convert
 import accelerator_models
 import dse
 import reports
+from dse.accuracy.table import DEFAULT_TABLE, load_accuracy_table
 from reports import html as report_html
-from search.accuracy import DEFAULT_TABLE, load_accuracy_table
 from search.scoring import VERDICTS, rank, score
 from search.target import make_objective, parse_target
 

@@ -16,7 +16,7 @@ from search.errors import SearchError, SpaceError, TargetError
 from search.problem import Problem
 from search.scoring import pareto_mask, rank, score
 from search.space import DEFAULT_SPACE, load_space, parse_space
-from search.study import SearchRequest, _new_settings, run_search
+from search.study import SearchRequest, new_settings, run_search
 from search.target import Objective, make_objective, parse_target
 from tests.search_spaces import space_text, write_space
 
@@ -29,7 +29,7 @@ def test_default_space_is_bobs_question():
     assert space.hardware == ("a100",)
     assert dict(space.fixed) == {"sparse_tensor.patterns": "candidates",
                                  "sparse_tensor.nonzero_rate": 1.0}
-    settings = _new_settings(SearchRequest(target="1.3x_over_2:4"))
+    settings = new_settings(SearchRequest(target="1.3x_over_2:4"))
     problem = Problem(settings)
     nm = [f for f in problem.candidates if ":" in f]
     assert max(int(f.split(":")[1]) for f in nm) == 32

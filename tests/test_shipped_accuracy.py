@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 
 import formats
-from dse.accuracy import DEFAULT_LEVELS, DEFAULT_PATTERNS, plan
-from dse.cli import _build_parser
-from search import load_accuracy_table
+from dse.accuracy import DEFAULT_LEVELS, DEFAULT_PATTERNS, load_accuracy_table, plan
+from dse.cli.main import build_parser
 
-TABLES = Path(__file__).resolve().parent.parent / "search" / "tables"
+TABLES = Path(__file__).resolve().parent.parent / "dse" / "accuracy" / "tables"
 TABLE = TABLES / "accuracy_default.csv"
 MODELS = ("convnext_tiny", "swin_tiny_patch4_window7_224")
 
@@ -47,7 +46,7 @@ def test_dense_baselines_far_above_chance(table):
 def test_rows_were_produced_by_the_recorded_command(table, provenance):
     command = provenance["command"]
     assert set(table.frame["source"]) == {command}
-    args = _build_parser().parse_args(shlex.split(command)[1:])
+    args = build_parser().parse_args(shlex.split(command)[1:])
     config = provenance["config"]
     assert tuple(args.models) == tuple(config["models"])
     assert args.img_size == config["img_size"] == 32

@@ -13,7 +13,7 @@ import pytest
 
 from dse.cli import main
 from dse.output import format_seconds
-from dse.simulate import SimConfig, simulate
+from dse.sim.simulate import SimConfig, simulate
 from tests.browser import ensure_chromium, render_report
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,11 +14,12 @@ import pandas as pd
 import pytest
 
 import accelerator_models
-from dse import sim_fanout
 from dse.cli import main
-from dse.sim_fanout import LOCAL
-from dse.simulate import SimConfig, simulate
-from dse.sweep import parse_vary, sweep
+from dse.explore import Simulator
+from dse.explore.sweep import parse_vary, sweep
+from dse.sim import fanout as sim_fanout
+from dse.sim.fanout import LOCAL
+from dse.sim.simulate import SimConfig, simulate
 from tests.search_spaces import space_text, write_space
 from workloads import load_trace
 
@@ -37,7 +38,7 @@ def _sweep(**kwargs) -> pd.DataFrame:
 
 
 def _spy(monkeypatch, name: str) -> list:
-    """Count the calls of ``dse.sim_fanout.<name>`` (still calling it)."""
+    """Count the calls of ``dse.sim.fanout.<name>`` (still calling it)."""
     calls = []
     real = getattr(sim_fanout, name)
 
@@ -51,7 +52,7 @@ def _spy(monkeypatch, name: str) -> list:
 
 @pytest.fixture(scope="module")
 def in_process() -> pd.DataFrame:
-    return _sweep(evaluator="simulate", sim_config=CONFIG, workers=1)
+    return _sweep(evaluator=Simulator(CONFIG, workers=1))
 
 
 def test_simulated_sweep_rows_equal_direct_simulations(in_process):
@@ -109,12 +110,12 @@ def test_simulated_sweep_keeps_the_roofline_columns(in_process):
 def test_processes_and_dask_local_cluster_give_the_same_frame(in_process, monkeypatch):
     processes = _spy(monkeypatch, "_on_processes")
     on_dask = _spy(monkeypatch, "_on_dask")
-    pool = _sweep(evaluator="simulate", sim_config=CONFIG, workers=2)
+    pool = _sweep(evaluator=Simulator(CONFIG, workers=2))
     assert len(processes) == 1 and not on_dask  # really on a process pool
     pd.testing.assert_frame_equal(pool, in_process, check_exact=True)
 
     started = time.monotonic()
-    cluster = _sweep(evaluator="simulate", sim_config=CONFIG, workers=2, dask=LOCAL)
+    cluster = _sweep(evaluator=Simulator(CONFIG, workers=2, dask=LOCAL))
     assert len(on_dask) == 1 and on_dask[0][2] == LOCAL and on_dask[0][1] == 2
     pd.testing.assert_frame_equal(cluster, in_process, check_exact=True)
     assert time.monotonic() - started < 120

@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 import accelerator_models
 import dse
-from dse.simulate import SimConfig, SimulationError, busy_between, simulate
+from dse.sim.simulate import (
+    DEFAULT_LAUNCH_OVERHEAD_S,
+    SimConfig,
+    Simulation,
+    SimulationError,
+    busy_between,
+    simulate,
+)
 from formats import Dense
 from tests.strategies import accelerators, any_formats, traces
 from workloads import Trace
@@ -140,7 +147,7 @@ def _events(result) -> list[tuple]:
             for r in tl.itertuples()]
 
 
-def _two_tiles(**changes) -> dse.simulate.Simulation:
+def _two_tiles(**changes) -> Simulation:
     # W = X = 4096 bytes, Y = 2048. A 16384-byte buffer at depth 2 gives 8192-byte stages:
     # the whole layer (10240) does not fit; halving N (weights read twice) gives two 7168-byte
     # tiles of 6144 bytes in (2 W + X over 2) and 1024 out. Halving M instead moves as much;
@@ -277,7 +284,7 @@ def test_default_buffer_is_shared_memory_times_sms():
     assert result.buffer_bytes == 108 * 164 * 1024
     l2 = simulate("toy_hybrid", "a100", "2:4", 1, "unfused", "gemm", SimConfig(buffer="l2"))
     assert l2.buffer_bytes == 40 * 2**20
-    assert result.launch_overhead_s == dse.simulate.DEFAULT_LAUNCH_OVERHEAD_S
+    assert result.launch_overhead_s == DEFAULT_LAUNCH_OVERHEAD_S
 
 
 def test_spec_launch_overhead_is_used():

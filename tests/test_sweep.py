@@ -12,8 +12,8 @@ import pytest
 
 import accelerator_models
 from dse import evaluate
-from dse.studies import crossover_batches, feature_overhead
-from dse.sweep import SweepError, parse_vary, sweep
+from dse.explore.studies import crossover_batches, feature_overhead
+from dse.explore.sweep import SweepError, parse_vary, sweep
 from workloads import load_trace
 
 

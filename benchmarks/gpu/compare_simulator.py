@@ -7,7 +7,7 @@ every model and batch measured as a CUDA graph (host launch cost removed, every 
 running), predicts the latency on ``h100-sxm`` with ``scope="all"`` and ``fusion="unfused"``
 (what eager PyTorch and its CUDA-graph replay execute: every op a kernel, every output to DRAM;
 see ``README.md``): once with the roofline (``dse.evaluate``) and once with the simulator
-(``dse.simulate.simulate``, default settings: shared memory x SMs as the buffer, double
+(``dse.sim.simulate.simulate``, default settings: shared memory x SMs as the buffer, double
 buffering, ``DEFAULT_LAUNCH_OVERHEAD_S`` per kernel). 2:4 uses the same linear-only trace as
 ``compare_models.py`` (only the linears the measurement converted are prunable), so its speedup
 compares with the measured.
@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 import dse
-from dse.simulate import SimConfig, simulate
+from dse.sim.simulate import SimConfig, simulate
 from workloads import load_trace
 
 from .compare_models import HARDWARE, linear_only_trace

@@ -310,7 +310,7 @@ def run_accuracy(config: AccuracyConfig, work_dir: Path, log: Callable[[str], No
 
 
 def table_frame(rows: list[dict], source: str):
-    """The rows in the accuracy-table schema (see ``search.accuracy``)."""
+    """The rows in the accuracy-table schema (see ``dse.accuracy.table``)."""
     import pandas as pd
 
     records = []

@@ -1,6 +1,6 @@
 """The SimPy model: DRAM and the compute units as resources, tiles as load/compute/store.
 
-It plays out a :class:`dse.sim_plan.Plan` in time and returns the event log. Two overlap models:
+It plays out a :class:`dse.sim.plan.Plan` in time and returns the event log. Two overlap models:
 
 * ``pipelined`` (realistic): per op a loader, a computer and a storer process hand tiles down a
   pipeline. A tile's compute waits for its load and its store for its compute; ``depth`` buffer
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from .sim_plan import Plan
+from .plan import Plan
 
-__all__ = ["OVERLAPS", "PHASES", "RESOURCES", "EventLog", "run"]
+__all__ = ["OVERLAPS", "PHASES", "RESOURCES", "CountingEnvironment", "EventLog", "run"]
 
 OVERLAPS = ("pipelined", "full")
 RESOURCES = ("dram", "tensor", "sparse_tensor", "vector")
@@ -40,7 +40,7 @@ _OP_PRIORITY, _PREFETCH_PRIORITY = 0, 1
 MAX_PREFETCH_PIECES = 64
 
 
-class _CountingEnvironment(simpy.Environment):
+class CountingEnvironment(simpy.Environment):
     """An environment that counts the events it processes (the benchmark's unit of work)."""
 
     def __init__(self) -> None:
@@ -82,7 +82,7 @@ class _Model:
         self.progress = progress
         self.overlap = overlap
         self.prefetch_depth = prefetch_depth
-        self.env = env = _CountingEnvironment()
+        self.env = env = CountingEnvironment()
         self.dram = simpy.PriorityResource(env, capacity=1)
         self.units = (None, simpy.Resource(env, 1), simpy.Resource(env, 1),
                       simpy.Resource(env, 1))

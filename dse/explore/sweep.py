@@ -28,15 +28,14 @@ from formats import Block, Format, Unstructured
 from formats import parse as parse_format
 from workloads import Trace
 
-from .evaluator import DEFAULT_NUMERICS, evaluate
-from .numerics import Numerics
-from .sim_fanout import simulated
-from .simulate import SimConfig
+from ..roofline import DEFAULT_NUMERICS, Numerics
+from ..sim.fanout import SIMULATED_COLUMNS
+from .grid import ROOFLINE, Evaluator, evaluate_grid
+from .grid import Block as GridBlock
 
 __all__ = ["SweepError", "Vary", "parse_vary", "sweep"]
 
 FORMAT_PARAMS = ("sparsity", "block")
-EVALUATORS = ("roofline", "simulate")
 _RANGE = re.compile(r"^\s*([^.]+(?:\.[^.]+)*?)\s*\.\.\s*([^:]+)\s*:\s*(\d+)\s*(?::\s*(log))?\s*$")
 _NUMERIC = {path for path in FIELDS if path not in ("sparse_tensor.patterns",
                                                      "block_sparse.supported")}
@@ -149,17 +148,13 @@ def _formats(formats: Sequence[Format], params: dict[str, float]) -> list[Format
 def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[str],
           formats: Sequence[str | Format], varies: Sequence[Vary], batches: Sequence[int] = (1,),
           fusion: Sequence[str] = ("unfused",), scope: str = "gemm",
-          numerics: Numerics | None = None, evaluator: str = "roofline",
-          sim_config: SimConfig | None = None, workers: int = 1,
-          dask: str | None = None) -> pd.DataFrame:
+          numerics: Numerics = DEFAULT_NUMERICS,
+          evaluator: Evaluator = ROOFLINE) -> pd.DataFrame:
     """Every combination of the ``varies`` (on top of ``batches`` when batch is not varied).
 
-    ``evaluator="simulate"`` replaces the roofline's latencies and speedups by the event-level
-    simulator's (``sim_config``), fanned out over ``workers`` local processes or a Dask cluster
-    (``dask``: ``"local"`` or ``tcp://host:port``); see :mod:`dse.sim_fanout`.
+    ``evaluator``: :class:`dse.explore.Roofline` (default) or :class:`dse.explore.Simulator`,
+    whose latencies and speedups then replace the roofline's (see :mod:`dse.explore.grid`).
     """
-    if evaluator not in EVALUATORS:
-        raise SweepError(f"unknown evaluator {evaluator!r}; use one of {', '.join(EVALUATORS)}")
     names = [v.name for v in varies]
     if len(set(names)) != len(names):
         raise SweepError(f"--vary {names[0]}: each dimension once")
@@ -170,40 +165,31 @@ def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[
     fmts = [parse_format(f) for f in formats]
     hw_grid = list(itertools.product(*(v.values for v in by_kind["hw"])))
     fmt_grid = list(itertools.product(*(v.values for v in by_kind["format"])))
-    kwargs = {} if numerics is None else {"numerics": numerics}
-    frames = []
-    by_name: dict[str, dict] = {"traces": {}, "accelerators": {}, "formats": {}}
+    blocks, columns = [], []
     for base in hardware:
-        accelerators = []
-        for values in hw_grid:
-            sets = [f"{v.name[3:]}={float(value)!r}" for v, value in zip(by_kind["hw"], values,
-                                                                    strict=True)]
-            accelerators.append(accelerator_models.load(base, [*overrides, *sets]))
+        accelerators = tuple(
+            accelerator_models.derive(base, {v.name[3:]: value for v, value in
+                                             zip(by_kind["hw"], values, strict=True)},
+                                      overrides=overrides)
+            for values in hw_grid)
         for fvalues in fmt_grid:
             params = {v.name[7:]: value for v, value in zip(by_kind["format"], fvalues,
                                                               strict=True)}
-            swept = _formats(fmts, params)
-            by_name["accelerators"].update((a.name, a) for a in accelerators)
-            by_name["formats"].update((f.name, f) for f in swept)
             for trace in traces:
-                by_name["traces"][trace.model] = trace
-                frame = evaluate(trace, accelerators, swept, batch_list, fusion=list(fusion),
-                                 scope=scope, **kwargs)
-                per_hw = len(frame) // (len(accelerators) * len(fusion))
-                hw_index = np.tile(np.repeat(np.arange(len(accelerators)), per_hw),
-                                   len(fusion))
-                frame.insert(0, "base_hardware", accelerator_models.resolve_path(base).stem)
-                for j, v in enumerate(by_kind["hw"]):
-                    frame[v.column] = np.array([vals[j] for vals in hw_grid])[hw_index]
-                for v in by_kind["format"]:
-                    frame[v.column] = params[v.name[7:]]
-                if by_kind["batch"]:
-                    frame[by_kind["batch"][0].column] = frame["batch"]
-                frames.append(frame)
+                blocks.append(GridBlock(trace, accelerators, tuple(_formats(fmts, params))))
+                columns.append((base, params))
+    frames = evaluate_grid(blocks, batch_list, fusion=list(fusion), scope=scope,
+                           numerics=numerics, evaluator=evaluator)
+    for frame, block, (base, params) in zip(frames, blocks, columns, strict=True):
+        per_hw = len(frame) // (len(block.accelerators) * len(fusion))
+        hw_index = np.tile(np.repeat(np.arange(len(block.accelerators)), per_hw), len(fusion))
+        frame.insert(0, "base_hardware", accelerator_models.resolve_path(base).stem)
+        for j, v in enumerate(by_kind["hw"]):
+            frame[v.column] = np.array([vals[j] for vals in hw_grid])[hw_index]
+        for v in by_kind["format"]:
+            frame[v.column] = params[v.name[7:]]
+        if by_kind["batch"]:
+            frame[by_kind["batch"][0].column] = frame["batch"]
     out = pd.concat(frames, ignore_index=True)
-    if evaluator == "simulate":
-        out = simulated(out, by_name["traces"], by_name["accelerators"], by_name["formats"],
-                        sim_config or SimConfig(), numerics or DEFAULT_NUMERICS,
-                        workers=workers, dask=dask)
-    return out
-
+    added = [c for c in SIMULATED_COLUMNS if c in out.columns]  # after the swept columns
+    return out[[c for c in out.columns if c not in added] + added]

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, NoReturn
 
+import numpy as np
 import pandas as pd
 
 from dse.output import OutputError, write_atomic
@@ -45,6 +46,7 @@ __all__ = [
     "AccuracyLookup",
     "AccuracyTable",
     "AccuracyTableError",
+    "attach_accuracy",
     "load_accuracy_table",
 ]
 
@@ -415,6 +417,48 @@ class AccuracyTable:
             records.append({"format": fmt.name, "accuracy": found.value,
                             "status": found.status, "note": found.note})
         return pd.DataFrame(records, columns=["format", "accuracy", "status", "note"])
+
+
+# --- joining accuracy onto designs -------------------------------------------------------------
+
+def attach_accuracy(frame: pd.DataFrame,
+                    accuracy: AccuracyTable | Mapping[str, tuple[float, str]],
+                    metric: str = "top1", dataset: str | None = None) -> pd.DataFrame:
+    """Add ``accuracy`` (percent; NaN where the table has no value) and ``accuracy_status``
+    (``measured``, ``interpolated``, ``out_of_range``, ``missing``) to a frame of designs (any
+    frame with ``model`` and ``format`` columns), in place; returns it.
+
+    ``accuracy`` is a table, looked up per (model, format) with ``metric`` and ``dataset``, or,
+    for one model's rows, a ``{format name: (percent, status)}`` mapping already looked up
+    (formats it lacks get NaN, ``missing``). Label columns come out as categoricals built from
+    codes: millions of rows in milliseconds. The one place accuracy meets designs: search,
+    reports and the command line call it.
+    """
+    formats = pd.Categorical(frame["format"])
+    if isinstance(accuracy, AccuracyTable):
+        models = pd.Categorical(frame["model"])
+        pairs = np.unique(np.stack([models.codes, formats.codes]), axis=1).T
+        index = {(m, f): i for i, (m, f) in enumerate(pairs)}
+        found = []
+        for m, f in pairs:
+            try:
+                hit = accuracy.lookup(str(models.categories[m]), str(formats.categories[f]),
+                                      metric, dataset)
+                found.append((hit.value, hit.status))
+            except AccuracyTableError:  # several datasets and none named: no one value
+                found.append((math.nan, "missing"))
+        codes = np.array([index[(m, f)] for m, f in zip(models.codes, formats.codes,
+                                                         strict=True)], dtype=np.int64)
+    else:
+        found = [accuracy.get(str(n), (math.nan, "missing")) for n in formats.categories]
+        codes = formats.codes.astype(np.int64)
+    values = np.array([v for v, _ in found], dtype=np.float64)
+    frame["accuracy"] = values[codes] if len(codes) else np.empty(0)
+    statuses = [st for _, st in found] or ["missing"]
+    unique, inverse = np.unique(np.array(statuses, dtype=object), return_inverse=True)
+    frame["accuracy_status"] = pd.Categorical.from_codes(
+        inverse[codes] if len(codes) else codes, categories=pd.Index(unique, dtype=object))
+    return frame
 
 
 # --- interpolation ----------------------------------------------------------------------------

@@ -1,9 +1,11 @@
-"""Numba kernels of the speed-of-light evaluator. Private: call them through ``dse.evaluate``.
+"""Numba kernels of the speed-of-light evaluator, behind the typed wrappers
+``design_totals`` and ``per_op``; users call them through ``dse.evaluate`` (the benchmarks and
+the simulator's planner call them directly).
 
-Inputs are the arrays of :class:`dse.pricing.KernelArrays` (per alternative kernel, format and
-op in scope: useful FLOPs split by unit, weight bytes) plus, per hardware, the reciprocal rates
-packed in ``hw[h]`` (see ``HW_*``); a design point is (hardware, format, batch), flattened as
-``d = (h * F + f) * B + b``. Per op the kernel forms, without a branch:
+Inputs are the arrays of :class:`dse.roofline.pricing.KernelArrays` (per alternative kernel, format
+and op in scope: useful FLOPs split by unit, weight bytes) plus, per hardware, the reciprocal rates
+packed in ``hw[h]`` (see ``HW_*``); a design point is (hardware, format, batch), flattened as ``d =
+(h * F + f) * B + b``. Per op the kernel forms, without a branch:
 
 * compute ``c = max(tensor-core time, vector-core time)``, where the tensor-core time is that of
   the dense or sparse tensor cores and the vector-core time adds CSR GEMM work and elementwise
@@ -24,6 +26,13 @@ import numpy as np
 from numba import njit, prange
 
 from .pricing import KERNEL_CSR, KERNEL_DENSE, KERNEL_OWN
+
+__all__ = [
+    "HW_COLUMNS", "HW_INV_BW", "HW_INV_CSR", "HW_INV_SPARSE", "HW_INV_TENSOR", "HW_INV_VECTOR",
+    "PARALLEL_MIN_OP_EVALS", "TOTAL_COLUMNS", "T_COMPUTE", "T_FLOPS", "T_FUSED",
+    "T_MEMBOUND_FUSED", "T_MEMBOUND_UNFUSED", "T_MEMORY_FUSED", "T_MEMORY_UNFUSED", "T_UNFUSED",
+    "T_WEIGHT_BYTES", "design_totals", "per_op",
+]
 
 # Columns of the per-hardware parameter array: reciprocals, so the hot loop multiplies.
 HW_INV_BW, HW_INV_TENSOR, HW_INV_SPARSE, HW_INV_CSR, HW_INV_VECTOR = range(5)

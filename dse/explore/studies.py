@@ -21,9 +21,10 @@ from formats import NM
 from formats import parse as parse_format
 from workloads import Trace
 
-from .evaluator import EvaluationError, evaluate
+from ..roofline import DEFAULT_NUMERICS, EvaluationError, Numerics, evaluate
 
-__all__ = ["FeatureOverhead", "crossover_batches", "feature_overhead", "tornado"]
+__all__ = ["DEFAULT_BATCHES", "DEFAULT_FORMATS", "FeatureOverhead", "crossover_batches",
+           "feature_overhead", "tornado"]
 
 DEFAULT_FORMATS = ("2:4", "1:4", "block16@87.5%", "unstructured@87.5%")
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -68,11 +69,13 @@ def _numeric_fields(acc: Accelerator) -> list[tuple[str, float]]:
 
 
 def tornado(trace: Trace, hardware: str, overrides: Sequence[str], fmt: str, batch: int,
-            factor: float = 2.0, fusion: str = "unfused", scope: str = "gemm") -> pd.DataFrame:
+            factor: float = 2.0, fusion: str = "unfused", scope: str = "gemm",
+            numerics: Numerics = DEFAULT_NUMERICS) -> pd.DataFrame:
     """Speedup of ``fmt`` at ``batch`` with each numeric hardware field divided and multiplied
     by ``factor`` (``nonzero_rate`` capped at 1), one field at a time."""
     base = accelerator_models.load(hardware, overrides)
-    base_speedup = float(evaluate(trace, base, fmt, batch, fusion=fusion, scope=scope)
+    base_speedup = float(evaluate(trace, base, fmt, batch, fusion=fusion, scope=scope,
+                                  numerics=numerics)
                          .set_index("format").loc[fmt, "speedup"])
     rows = []
     for field, value in _numeric_fields(base):
@@ -81,8 +84,9 @@ def tornado(trace: Trace, hardware: str, overrides: Sequence[str], fmt: str, bat
             high = min(1.0, high)
         speeds = []
         for v in (low, high):
-            acc = accelerator_models.load(hardware, [*overrides, f"{field}={float(v)!r}"])
-            frame = evaluate(trace, acc, fmt, batch, fusion=fusion, scope=scope)
+            acc = accelerator_models.derive(hardware, {field: float(v)}, overrides=overrides)
+            frame = evaluate(trace, acc, fmt, batch, fusion=fusion, scope=scope,
+                             numerics=numerics)
             speeds.append(float(frame.set_index("format").loc[fmt, "speedup"]))
         rows.append({"model": trace.model, "format": fmt, "batch": batch, "field": field,
                      "value": value, "low_value": low, "high_value": high,
@@ -96,7 +100,8 @@ def feature_overhead(traces: Sequence[Trace], hardware: str = "a100",
                      batches: Sequence[int] = DEFAULT_BATCHES, threshold: float = 1.1,
                      tornado_format: str = "2:4", tornado_batch: int = 1,
                      fusion: str = "unfused", scope: str = "gemm",
-                     tornado_model: str | None = None) -> FeatureOverhead:
+                     tornado_model: str | None = None,
+                     numerics: Numerics = DEFAULT_NUMERICS) -> FeatureOverhead:
     """The study over ``traces``; the tornado is drawn for one model: ``tornado_model``
     (default convnext_tiny when studied, else the first)."""
     if not math.isfinite(threshold) or threshold <= 0:
@@ -108,8 +113,8 @@ def feature_overhead(traces: Sequence[Trace], hardware: str = "a100",
         if nm:
             overrides = [*overrides, "sparse_tensor.patterns=" + ",".join(nm)]
     acc = accelerator_models.load(hardware, overrides)
-    frames = [evaluate(t, acc, list(formats), list(batches), fusion=fusion, scope=scope)
-              for t in traces]
+    frames = [evaluate(t, acc, list(formats), list(batches), fusion=fusion, scope=scope,
+                       numerics=numerics) for t in traces]
     evaluated = pd.concat(frames, ignore_index=True)
     shares = []
     for model, group in evaluated.groupby("model", sort=False):
@@ -124,7 +129,7 @@ def feature_overhead(traces: Sequence[Trace], hardware: str = "a100",
         raise EvaluationError(f"--tornado-model {pick}: not among the studied models "
                               f"({', '.join(models)})")
     torn = tornado(traces[models.index(pick)], hardware, overrides, tornado_format,
-                   tornado_batch, fusion=fusion, scope=scope)
+                   tornado_batch, fusion=fusion, scope=scope, numerics=numerics)
     return FeatureOverhead(evaluated, pd.DataFrame(shares),
                            crossover_batches(evaluated, threshold), torn, threshold,
                            tuple(overrides))

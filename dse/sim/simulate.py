@@ -1,7 +1,7 @@
 """The event-level simulator's API: one design in, per-op latencies, a timeline and gaps out.
 
 ``simulate(trace, hardware, format, batch, fusion, scope, SimConfig(...))`` plans the design
-(:mod:`dse.sim_plan`), plays it out in SimPy (:mod:`dse.simulator`) and returns a
+(:mod:`dse.sim.plan`), plays it out in SimPy (:mod:`dse.sim.engine`) and returns a
 :class:`Simulation` holding:
 
 * ``ops``: one row per op: start, end and latency (an op's latency runs from the end of the
@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,10 +38,10 @@ from formats import Format
 from formats import parse as parse_format
 from workloads import Trace, load_trace
 
-from .evaluator import DEFAULT_NUMERICS, evaluate
-from .numerics import Numerics
-from .sim_plan import Plan, PlanError, Work, plan, work
-from .simulator import OVERLAPS, PHASES, RESOURCES, EventLog, run
+from ..roofline.evaluator import DEFAULT_NUMERICS, evaluate
+from ..roofline.numerics import Numerics
+from .engine import OVERLAPS, PHASES, RESOURCES, EventLog, run
+from .plan import Plan, PlanError, Work, plan, work
 
 __all__ = [
     "BUFFERS",
@@ -102,6 +103,24 @@ class SimConfig:
         if self.utilization_bins < 1:
             raise bad("utilization_bins", "give at least 1")
         return self
+
+    def to_dict(self) -> dict:
+        """The settings as plain JSON values (stored with search studies); infinity as "inf"."""
+        data = dict(self.__dict__)
+        if data["buffer_bytes"] is not None and not math.isfinite(data["buffer_bytes"]):
+            data["buffer_bytes"] = "inf"
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SimConfig:
+        """The inverse of :meth:`to_dict`, checked."""
+        data = dict(data)
+        if data.get("buffer_bytes") == "inf":
+            data["buffer_bytes"] = math.inf
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise SimulationError(f"simulator settings: unknown {', '.join(unknown)}")
+        return cls(**data).check()
 
     @classmethod
     def roofline(cls) -> SimConfig:

@@ -42,10 +42,10 @@ from accelerator_models import Accelerator
 from formats import Format
 from workloads import MODEL_INPUT, Trace
 
-from . import _kernels as K
-from .evaluator import FUSIONS, SCOPES, EvaluationError, _pick, _prepare
-from .numerics import Numerics
-from .pricing import KERNEL_CSR, KERNEL_DENSE, KERNEL_OWN, kernel_arrays, scope_ops
+from ..roofline import kernels as K
+from ..roofline.evaluator import FUSIONS, SCOPES, EvaluationError, pick_fallback, prepare
+from ..roofline.numerics import Numerics
+from ..roofline.pricing import KERNEL_CSR, KERNEL_DENSE, KERNEL_OWN, kernel_arrays, scope_ops
 
 __all__ = ["MIN_ELEMS", "MIN_TILE", "Plan", "PlanError", "Work", "plan", "work"]
 
@@ -96,14 +96,14 @@ def work(trace: Trace, accelerator: Accelerator, fmt: Format, batch: int, fusion
         raise EvaluationError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
     if scope not in SCOPES:
         raise EvaluationError(f"unknown scope {scope!r}; use one of {', '.join(SCOPES)}")
-    problem = _prepare(trace, accelerator, fmt, batch, numerics)
+    problem = prepare(trace, accelerator, fmt, batch, numerics)
     f = problem.formats.index(fmt) if fmt in problem.formats else 0
     design = f * len(problem.batches)  # one hardware, one batch: d = f
     native = bool(problem.native_ok[0, f])
     if native:
         kernel = KERNEL_OWN
     else:
-        kernel = KERNEL_CSR if _pick(problem.totals(scope)[design:design + 1], fusion)[0] \
+        kernel = KERNEL_CSR if pick_fallback(problem.totals(scope)[design:design + 1], fusion)[0] \
             else KERNEL_DENSE
     a = kernel_arrays(problem.pricing, "all")
     if not native and a.fallback_ops[f] == 0:

@@ -1,4 +1,4 @@
-"""`dse simulate`, and the simulator options that `dse sweep` and `dse search` share."""
+"""`dse simulate`: one design through the event-level simulator."""
 
 from __future__ import annotations
 
@@ -8,89 +8,22 @@ from pathlib import Path
 
 import pandas as pd
 
-from .output import StatusLine, format_seconds, write_table
+from ..output import format_seconds, write_table
+from ..sim import simulate
+from .options import (
+    add_design_options,
+    add_sim_options,
+    check_outputs,
+    design_from_args,
+    positive_int,
+    sim_config_from_args,
+)
+from .progress import StatusLine
 
-__all__ = ["SIM_OPTIONS", "add_evaluator_options", "add_sim_options", "add_simulate_parser",
-           "refuse_unused_sim_options", "sim_config_from_args"]
-
-
-def _number(text: str) -> float:
-    """A float, where ``inf`` means unlimited; the range is checked by SimConfig."""
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+__all__ = ["add_parsers"]
 
 
-def add_sim_options(p: argparse.ArgumentParser) -> None:
-    """The simulator's settings (also used by --evaluator simulate)."""
-    g = p.add_argument_group("simulator settings")
-    g.add_argument("--buffer", choices=("smem", "l2"),
-                   help="on-chip buffer the tiles are sized to: shared memory per SM x SMs "
-                        "(smem, default) or the L2, from the hardware spec")
-    g.add_argument("--buffer-bytes", type=_number, metavar="BYTES",
-                   help="buffer size in bytes instead of the spec's (inf = unlimited)")
-    g.add_argument("--depth", type=_integer, metavar="N",
-                   help="buffer stages per op: 1 = no overlap inside an op, 2 = double "
-                        "buffering (default 2)")
-    g.add_argument("--launch-overhead-s", type=_number, metavar="S",
-                   help="fixed cost of each kernel (default: the spec's "
-                        "kernel_launch_overhead_s, else 3.2e-6, fitted to models measured on an "
-                        "H100)")
-    g.add_argument("--overlap", choices=("pipelined", "full"),
-                   help="pipelined: a tile computes after its load and stores after its "
-                        "compute (default); full: compute and memory overlap completely, the "
-                        "roofline's assumption")
-    g.add_argument("--prefetch-depth", type=_integer, metavar="N",
-                   help="with --fusion fused_prefetched, how many ops ahead weights may load "
-                        "(default 1: the next op's; 0: none)")
-
-
-def add_evaluator_options(p: argparse.ArgumentParser, positive_int) -> None:
-    """--evaluator roofline|simulate, --workers and the simulator settings."""
-    p.add_argument("--evaluator", choices=("roofline", "simulate"), default="roofline",
-                   help="roofline: speed of light (default); simulate: the event-level "
-                        "simulator (latency, dense latency and speedup become the simulated "
-                        "ones; the roofline's stay as roofline_latency_s, roofline_speedup)")
-    p.add_argument("--workers", type=positive_int, metavar="N",
-                   help="local processes for --evaluator simulate (default 1)")
-    add_sim_options(p)
-
-
-#: SimConfig field -> the option that sets it (None on the command line: not given).
-SIM_OPTIONS = {"buffer": "--buffer", "buffer_bytes": "--buffer-bytes", "depth": "--depth",
-               "launch_overhead_s": "--launch-overhead-s", "overlap": "--overlap",
-               "prefetch_depth": "--prefetch-depth"}
-
-
-def sim_config_from_args(args: argparse.Namespace):
-    """The SimConfig the options give (defaults where not given), checked; errors name the
-    option."""
-    from .simulate import SimConfig
-
-    given = {f: getattr(args, f) for f in SIM_OPTIONS if getattr(args, f) is not None}
-    return SimConfig(**given).check(names=SIM_OPTIONS)
-
-
-def refuse_unused_sim_options(args: argparse.Namespace) -> None:
-    """Simulator options without --evaluator simulate would be silently ignored: refuse them."""
-    from .simulate import SimulationError
-
-    if getattr(args, "evaluator", "roofline") == "simulate":
-        return
-    for field, option in SIM_OPTIONS.items():
-        if getattr(args, field) is not None:
-            raise SimulationError(f"{option} is a simulator setting; add --evaluator simulate")
-
-
-def add_simulate_parser(commands, positive_int) -> None:
+def add_parsers(commands) -> None:
     sp = commands.add_parser(
         "simulate", help="event-level simulation: tiles, buffers, launch overhead, overlap",
         description="Simulate one design with the SimPy event-level model: every op cut into "
@@ -102,21 +35,8 @@ def add_simulate_parser(commands, positive_int) -> None:
         epilog="Example: dse simulate --model convnext_tiny --hw a100 --format 2:4 "
                "--report sim-report. With --buffer-bytes inf --launch-overhead-s 0 "
                "--overlap full it reproduces the roofline.")
-    sp.add_argument("--model", required=True, metavar="NAME|PATH",
-                    help="shipped trace name or trace .json")
-    sp.add_argument("--hw", required=True, metavar="NAME|PATH",
-                    help="catalog name or spec .toml")
-    sp.add_argument("--set", dest="overrides", action="append", default=[],
-                    metavar="FIELD=VALUE", help="override a hardware field (repeatable)")
-    sp.add_argument("--format", default="dense", metavar="F",
-                    help="sparse format, e.g. 2:4, block16@87.5%% (default dense)")
-    sp.add_argument("--batch", type=positive_int, default=1, metavar="B",
-                    help="batch size (default 1)")
-    sp.add_argument("--fusion", default="unfused",
-                    choices=("unfused", "fused", "fused_prefetched"),
-                    help="fusion model (default unfused)")
-    sp.add_argument("--scope", default="gemm", choices=("gemm", "all"),
-                    help="gemm: prunable weight GEMMs only; all: every op (default gemm)")
+    add_design_options(sp, single=("--model", "--hw", "--format", "--batch", "--fusion"),
+                       format_default="dense")
     add_sim_options(sp)
     sp.add_argument("--top", type=positive_int, default=10, metavar="N",
                     help="ops with the largest gap to print (default 10)")
@@ -130,23 +50,12 @@ def add_simulate_parser(commands, positive_int) -> None:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    import accelerator_models
-    from formats import parse as parse_format
-    from workloads import load_trace
-
-    from .cli_report import check_report_dir
-    from .output import check_output_path
-    from .simulate import simulate
-
     config = sim_config_from_args(args)
-    for option, path in (("--out", args.out), ("--timeline", args.timeline)):
-        if path is not None:
-            check_output_path(path, option=option)
-    check_report_dir(args.report)
-    trace = load_trace(args.model)
-    acc = accelerator_models.load(args.hw, args.overrides)
-    result = simulate(trace, acc, parse_format(args.format), args.batch, args.fusion,
-                      args.scope, config, progress=StatusLine("simulated", "ops"))
+    check_outputs(files=[("--out", args.out), ("--timeline", args.timeline)],
+                  folders=[("--report", args.report)])
+    d = design_from_args(args, formats=["dense"])
+    result = simulate(d.trace, d.accelerator, d.formats[0], d.batches[0], d.fusions[0],
+                      d.scope, config, d.numerics, progress=StatusLine("simulated", "ops"))
     _print_result(result, args.top)
     if args.out is not None:
         write_table(result.ops, args.out)

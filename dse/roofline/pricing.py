@@ -19,7 +19,8 @@ from workloads import Trace
 
 from .numerics import Numerics
 
-__all__ = ["Pricing", "price"]
+__all__ = ["KERNEL_CSR", "KERNEL_DENSE", "KERNEL_OWN", "KernelArrays", "Pricing", "kernel_arrays",
+           "price", "scope_ops", "stack_formats"]
 
 
 @dataclass(frozen=True, eq=False)

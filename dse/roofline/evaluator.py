@@ -21,7 +21,7 @@ from formats import Format
 from formats import parse as parse_format
 from workloads import Trace, load_trace
 
-from . import _kernels as K
+from . import kernels as K
 from .numerics import Numerics
 from .pricing import (
     KERNEL_CSR,
@@ -34,7 +34,8 @@ from .pricing import (
     stack_formats,
 )
 
-__all__ = ["FUSIONS", "SCOPES", "EvaluationError", "evaluate", "evaluate_layers"]
+__all__ = ["DEFAULT_NUMERICS", "FUSIONS", "SCOPES", "EvaluationError", "Problem", "evaluate",
+           "evaluate_layers", "fusion_latency", "label_column", "pick_fallback", "prepare"]
 
 FUSIONS = ("unfused", "fused", "fused_prefetched")
 DEFAULT_NUMERICS = Numerics()  # frozen, so one shared default is safe
@@ -46,7 +47,7 @@ class EvaluationError(ValueError):
 
 
 @dataclass(frozen=True)
-class _Problem:
+class Problem:
     trace: Trace
     accelerators: tuple[Accelerator, ...]
     pricing: Pricing
@@ -66,7 +67,7 @@ class _Problem:
         return arrays
 
     def totals(self, scope: str) -> np.ndarray:
-        """``(D, 2, TOTAL_COLUMNS)``: see :func:`dse._kernels.design_totals`."""
+        """``(D, 2, TOTAL_COLUMNS)``: see :func:`dse.roofline.kernels.design_totals`."""
         a = self.arrays(scope)
         return K.design_totals(self.hw, self.native_ok, a.fallback_ops, self.batches,
                                a.tensor_flops, a.sparse_flops, a.csr_flops, a.weight_bytes,
@@ -78,7 +79,7 @@ class _Problem:
         return np.unravel_index(np.arange(np.prod(shape)), shape)
 
 
-def _latency(totals: np.ndarray, fusion: str) -> tuple[np.ndarray, np.ndarray]:
+def fusion_latency(totals: np.ndarray, fusion: str) -> tuple[np.ndarray, np.ndarray]:
     """Latency and memory time of ``totals[..., :]`` under ``fusion``."""
     if fusion == "unfused":
         return totals[..., K.T_UNFUSED], totals[..., K.T_MEMORY_UNFUSED]
@@ -89,9 +90,9 @@ def _latency(totals: np.ndarray, fusion: str) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(totals[..., K.T_COMPUTE], memory), memory
 
 
-def _pick(totals: np.ndarray, fusion: str) -> np.ndarray:
+def pick_fallback(totals: np.ndarray, fusion: str) -> np.ndarray:
     """Per design, 0 (own kernel or dense fallback) or 1 (CSR fallback): the faster one."""
-    latency, _ = _latency(totals, fusion)
+    latency, _ = fusion_latency(totals, fusion)
     return (latency[:, 1] < latency[:, 0]).astype(np.int64)
 
 
@@ -147,7 +148,9 @@ class _Capabilities:
         return Accelerator.supports_block(self, block)  # type: ignore[arg-type]
 
 
-def _prepare(trace, hardware, formats, batches, numerics) -> _Problem:
+def prepare(trace, hardware, formats, batches, numerics) -> Problem:
+    """The priced arrays of a grid of designs, checked: what :func:`evaluate`, the simulator's
+    planner and the benchmarks run the kernels on."""
     if not isinstance(numerics, Numerics):
         raise EvaluationError("numerics must be a dse.Numerics")
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
@@ -160,7 +163,7 @@ def _prepare(trace, hardware, formats, batches, numerics) -> _Problem:
             raise EvaluationError(f"batch size {b!r} is not a positive integer")
     hw = np.array([_hardware_rates(a, numerics) for a in accelerators], dtype=np.float64)
     native_ok = np.array([_native_row(a, fmts) for a in accelerators], dtype=np.bool_)
-    return _Problem(trace, accelerators, price(trace, fmts, numerics), hw, native_ok,
+    return Problem(trace, accelerators, price(trace, fmts, numerics), hw, native_ok,
                     np.array(batch_list, dtype=np.float64))
 
 
@@ -169,7 +172,7 @@ def evaluate(
     hardware: Accelerator | str | Sequence[Accelerator | str],
     formats: Format | str | Sequence[Format | str],
     batches: int | Sequence[int] = 1,
-    fusion: str | Sequence[str] = FUSIONS,
+    fusion: str | Sequence[str] = "unfused",
     scope: str | Sequence[str] = "gemm",
     numerics: Numerics = DEFAULT_NUMERICS,
     categorical: bool = False,
@@ -186,7 +189,7 @@ def evaluate(
     """
     fusions = _choices(fusion, FUSIONS, "fusion")
     scopes = _choices(scope, SCOPES, "scope")
-    problem = _prepare(trace, hardware, formats, batches, numerics)
+    problem = prepare(trace, hardware, formats, batches, numerics)
     frames = [_totals_frame(problem, s, fusions, categorical) for s in scopes]
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
@@ -200,7 +203,7 @@ def label_column(codes: np.ndarray, names: Sequence[str], categorical: bool = Tr
     return np.array(names, dtype=object)[codes]
 
 
-def _totals_frame(problem: _Problem, scope: str, fusions: list[str],
+def _totals_frame(problem: Problem, scope: str, fusions: list[str],
                   categorical: bool = False) -> pd.DataFrame:
     totals = problem.totals(scope)
     ops = problem.arrays(scope).ops
@@ -227,9 +230,9 @@ def _totals_frame(problem: _Problem, scope: str, fusions: list[str],
     }
     frames = []
     for fusion in fusions:
-        alt = _pick(totals, fusion)
+        alt = pick_fallback(totals, fusion)
         chosen = totals[rows, alt]
-        latency, memory = _latency(chosen, fusion)
+        latency, memory = fusion_latency(chosen, fusion)
         membound = chosen[:, K.T_MEMBOUND_UNFUSED if fusion == "unfused"
                           else K.T_MEMBOUND_FUSED]
         features = feat_unfused if fusion == "unfused" else feat_fused
@@ -270,7 +273,7 @@ def evaluate_layers(
     formats: Format | str | Sequence[Format | str],
     batches: int | Sequence[int] = 1,
     fusion: str = "unfused",
-    scope: str = "all",
+    scope: str = "gemm",
     numerics: Numerics = DEFAULT_NUMERICS,
 ) -> pd.DataFrame:
     """Per-op costs of every design point: one row per (design, op).
@@ -283,11 +286,11 @@ def evaluate_layers(
     """
     (fusion,) = _choices(fusion, FUSIONS, "fusion")
     (scope,) = _choices(scope, SCOPES, "scope")
-    problem = _prepare(trace, hardware, formats, batches, numerics)
+    problem = prepare(trace, hardware, formats, batches, numerics)
     a = problem.arrays(scope)
     ops = a.ops
     h, f, b = problem.design_index()
-    alt = _pick(problem.totals(scope), fusion)
+    alt = pick_fallback(problem.totals(scope), fusion)
     falls_back = ~problem.native_ok[h, f]
     kernels = np.where(falls_back, np.where(alt == 1, KERNEL_CSR, KERNEL_DENSE),
                        KERNEL_OWN).astype(np.int64)
@@ -331,7 +334,7 @@ def evaluate_layers(
     })
 
 
-def _feature_bytes(problem: _Problem, op: np.ndarray, b: np.ndarray, fusion: str) -> np.ndarray:
+def _feature_bytes(problem: Problem, op: np.ndarray, b: np.ndarray, fusion: str) -> np.ndarray:
     p = problem.pricing
     per_sample = p.feature_bytes_unfused if fusion == "unfused" else p.feature_bytes_fused
     return per_sample[op] * problem.batches[b]

@@ -12,22 +12,24 @@ processes, or a Dask cluster (``dask="local"`` starts a LocalCluster of ``worker
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from accelerator_models import Accelerator
 from formats import Dense, Format
 from workloads import Trace
 
-from .numerics import Numerics
-from .output import StatusLine
+from ..roofline.numerics import Numerics
 from .simulate import SimConfig, SimulationError, simulate
 
-__all__ = ["FanoutError", "SimTask", "simulate_designs", "simulated", "LOCAL"]
+__all__ = ["LOCAL", "SIMULATED_COLUMNS", "FanoutError", "Progress", "SimTask",
+           "simulate_designs", "simulated"]
+
+#: ``progress(done, total)``, called as designs finish (the command line prints it).
+Progress = Callable[[int, int], None]
 
 #: Seconds to wait for a remote scheduler: a reachable one answers in milliseconds.
 CONNECT_TIMEOUT_S = 5
@@ -37,6 +39,8 @@ LOCAL = "local"
 SIM_COLUMNS = {"gap_s": "gap_s", "gap_launch_s": "gap_launch_s", "gap_buffer_s": "gap_buffer_s",
                "gap_fill_drain_s": "gap_fill_drain_s", "kernels": "kernels", "tiles": "tiles",
                "dram_bytes": "sim_dram_bytes", "events": "events"}
+#: Every column ``simulated`` adds, in order.
+SIMULATED_COLUMNS = ("roofline_latency_s", "roofline_speedup", *SIM_COLUMNS.values(), "evaluator")
 
 
 class FanoutError(ValueError):
@@ -65,11 +69,11 @@ def run_task(task: SimTask) -> dict:
 
 
 def simulate_designs(tasks: Sequence[SimTask], workers: int = 1, dask: str | None = None,
-                     progress: bool = True) -> list[dict]:
-    """Summaries of ``tasks``, in order."""
+                     progress: Progress | None = None) -> list[dict]:
+    """Summaries of ``tasks``, in order; ``progress(done, total)`` after each."""
     if workers < 1:
         raise FanoutError(f"workers {workers}: give at least 1")
-    meter = StatusLine("simulated", "designs", len(tasks)) if progress else None
+    meter = _Counter(len(tasks), progress) if progress is not None else None
     if dask is not None:
         return _on_dask(list(tasks), workers, dask, meter)
     if workers == 1 or len(tasks) <= 1:
@@ -82,7 +86,18 @@ def simulate_designs(tasks: Sequence[SimTask], workers: int = 1, dask: str | Non
     return _on_processes(list(tasks), workers, meter)
 
 
-def _on_processes(tasks: list[SimTask], workers: int, meter: StatusLine | None) -> list[dict]:
+class _Counter:
+    """Counts finished designs for a ``progress(done, total)`` callback."""
+
+    def __init__(self, total: int, progress: Progress) -> None:
+        self.total, self.progress, self.done = total, progress, 0
+
+    def tick(self) -> None:
+        self.done += 1
+        self.progress(self.done, self.total)
+
+
+def _on_processes(tasks: list[SimTask], workers: int, meter: _Counter | None) -> list[dict]:
     results: list[dict | None] = [None] * len(tasks)
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
         futures = {pool.submit(run_task, task): i for i, task in enumerate(tasks)}
@@ -94,7 +109,7 @@ def _on_processes(tasks: list[SimTask], workers: int, meter: StatusLine | None) 
 
 
 def _on_dask(tasks: list[SimTask], workers: int, address: str,
-             meter: StatusLine | None) -> list[dict]:
+             meter: _Counter | None) -> list[dict]:
     try:
         from distributed import Client, LocalCluster
         from distributed import as_completed as dask_completed
@@ -133,7 +148,7 @@ def _on_dask(tasks: list[SimTask], workers: int, address: str,
 def simulated(frame: pd.DataFrame, traces: Mapping[str, Trace],
               accelerators: Mapping[str, Accelerator], formats: Mapping[str, Format],
               config: SimConfig, numerics: Numerics, workers: int = 1,
-              dask: str | None = None, progress: bool = True) -> pd.DataFrame:
+              dask: str | None = None, progress: Progress | None = None) -> pd.DataFrame:
     """``frame`` (rows of ``dse.evaluate``) with the simulator's latencies and speedups.
 
     ``traces``, ``accelerators`` and ``formats`` map the frame's model, hardware and format
@@ -169,18 +184,3 @@ def simulated(frame: pd.DataFrame, traces: Mapping[str, Trace],
         out[column] = sim[column].to_numpy()[own]
     out["evaluator"] = "simulate"
     return out
-
-
-def sim_config_dict(config: SimConfig) -> dict:
-    """A config as plain JSON values (for stored search settings)."""
-    data = dict(config.__dict__)
-    if data["buffer_bytes"] is not None and not np.isfinite(data["buffer_bytes"]):
-        data["buffer_bytes"] = "inf"
-    return data
-
-
-def sim_config_from_dict(data: Mapping) -> SimConfig:
-    data = dict(data)
-    if data.get("buffer_bytes") == "inf":
-        data["buffer_bytes"] = float("inf")
-    return SimConfig(**data).check()

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .cli_simulate import add_sim_options, refuse_unused_sim_options, sim_config_from_args
+from search.target import DEFAULT_MAX_ACC_DROP, OBJECTIVES
 
-__all__ = ["add_search_parser"]
+from .options import (
+    Parser,
+    add_evaluator_options,
+    check_outputs,
+    positive_int,
+    refuse_unused_sim_options,
+    sim_config_from_args,
+)
+from .progress import StatusLine
+
+__all__ = ["add_parsers"]
 
 _EPILOG = """\
 Targets: <r>x_over_<format> holds when a design's speedup over dense is at least r times the
@@ -24,9 +35,7 @@ meet the target, ranked per model and batch; .csv with --results csv) and OUT/su
 """
 
 
-def add_search_parser(commands, parser_class, positive_int) -> None:
-    from search.target import DEFAULT_MAX_ACC_DROP, OBJECTIVES
-
+def add_parsers(commands) -> None:
     sp = commands.add_parser(
         "search", help="search formats and hardware for a target, e.g. 1.3x_over_2:4",
         description="Search a space of formats and hardware against the accuracy table: "
@@ -78,15 +87,12 @@ def add_search_parser(commands, parser_class, positive_int) -> None:
                     help="rows of each ranked table to print (default 10)")
     sp.add_argument("--report", type=Path, metavar="DIR",
                     help="also write a report folder: the Pareto front and the target results")
-    sp.add_argument("--evaluator", choices=("roofline", "simulate"),
-                    help="roofline: speed of light (default); simulate: the event-level "
-                         "simulator, one simulation per design (slow: for small spaces)")
-    add_sim_options(sp)
+    add_evaluator_options(sp, workers=False)
     sp.add_argument("--chunk-points", type=positive_int, metavar="N",
                     help=argparse.SUPPRESS)  # work-unit size, for tests and benchmarks
     sp.set_defaults(run=_cmd_search)
 
-    sub = sp.add_subparsers(dest="search_command", parser_class=parser_class,
+    sub = sp.add_subparsers(dest="search_command", parser_class=Parser,
                             metavar="[worker]")
     wk = sub.add_parser(
         "worker", help="join a shared study and work until it is done",
@@ -109,16 +115,21 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     if not args.storage:
         raise StorageError("dse search worker: give --storage URL (or set DSE_SEARCH_STORAGE)")
-    run_worker(args.storage, args.study, args.worker_index, quiet=args.quiet)
+    meter = None if args.quiet else StatusLine(f"worker {args.worker_index} on {args.study}")
+    outcome = run_worker(args.storage, args.study, args.worker_index,
+                         progress=meter or (lambda done, total, unit: None))
+    if not args.quiet:
+        print(f"worker {args.worker_index}: {outcome.ran} {outcome.unit} done here; the study "
+              f"is complete. Results: dse search --resume --study {args.study} --storage URL",
+              file=sys.stderr)
     return 0
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
     from search.study import SearchRequest, run_search
 
-    from .sim_fanout import sim_config_dict
-
     refuse_unused_sim_options(args)
+    check_outputs(folders=[("--report", args.report)])
     request = SearchRequest(
         space=args.space, target=args.target, max_acc_drop=args.max_acc_drop,
         objective=args.objective, minimize=args.minimize, engine=args.engine,
@@ -126,16 +137,12 @@ def _cmd_search(args: argparse.Namespace) -> int:
         out=args.out, workers=args.workers, resume=args.resume,
         results_format=args.results_format, top=args.top, chunk_points=args.chunk_points,
         evaluator=args.evaluator,
-        simulation=(sim_config_dict(sim_config_from_args(args))
-                    if args.evaluator == "simulate" else None))
-    if args.report is not None:
-        from .cli_report import check_report_dir
-
-        check_report_dir(args.report)
-    outcome = run_search(request)
+        simulation=sim_config_from_args(args) if args.evaluator == "simulate" else None)
+    outcome = run_search(request, notify=lambda line: print(line, file=sys.stderr),
+                         progress=StatusLine("search"))
     print(report(outcome, args.top))
     if args.report is not None:
-        from .cli_report import write_search_report
+        from .report import write_search_report
 
         index = write_search_report(args.report, outcome.results, f"dse search {outcome.study}")
         print(f"wrote {index}")
