@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 import accelerator_models
+from dse.roofline import DEFAULT_NUMERICS, Numerics, peaks
 from formats import Block, parse
 from formats.sparsity import percent
 
@@ -205,15 +206,14 @@ def sparsity_roofline_chart(data: pd.DataFrame) -> alt.FacetChart:
 
 # --- 2. the classic roofline with per-op points -------------------------------------------------
 
-def roofline_data(layers: pd.DataFrame, accelerator, dtype: str = "fp16",
-                  vector_dtype: str = "fp16", csr_dtype: str = "fp32",
+def roofline_data(layers: pd.DataFrame, accelerator, numerics: Numerics = DEFAULT_NUMERICS,
                   samples: int = 32) -> pd.DataFrame:
     """Per-op points and the roofs of one accelerator, as one tidy frame.
 
     ``layers``: rows of ``dse.evaluate_layers`` for one hardware (any models, formats).
     ``accelerator``: an ``accelerator_models.Accelerator`` or a catalog name (``"a100"``);
-    ``dtype`` is the tensor-core dtype, ``vector_dtype`` the elementwise one and ``csr_dtype``
-    the one unstructured kernels run at, as in ``dse.Numerics`` (pass the evaluation's own).
+    ``numerics`` are the evaluation's own (``dse.Numerics``): the roofs are the peaks the
+    roofline divided by (``dse.roofline.peaks``).
 
     Columns: ``series`` (``op``, ``roof`` or ``knee``), ``roof`` (the roof's name, e.g.
     ``tensor fp16``; null on op rows), ``model, format, op, unit, bound`` (null on roof and
@@ -235,14 +235,14 @@ def roofline_data(layers: pd.DataFrame, accelerator, dtype: str = "fp16",
     if samples < 2:
         raise ValueError(f"{builder}: samples={samples}; give at least 2")
     acc = accelerator_models.load(accelerator) if isinstance(accelerator, str) else accelerator
-    bandwidth = float(acc.dram_bandwidth_bytes_per_s)
-    tensor = float(acc.tensor_rate(dtype))
-    roofs = {f"tensor {dtype}": tensor}
-    if getattr(acc, "sparse_tensor", None) is not None and acc.nonzero_rate != 1.0:
-        roofs[f"sparse tensor {dtype} (x{acc.nonzero_rate:g})"] = tensor * acc.nonzero_rate
-    roofs[f"vector {vector_dtype}"] = float(acc.vector_rate(vector_dtype))
-    if csr_dtype != vector_dtype:
-        roofs[f"vector {csr_dtype} (CSR)"] = float(acc.vector_rate(csr_dtype))
+    p = peaks(acc, numerics)
+    bandwidth = float(p.dram_bytes_per_s)
+    roofs = {f"tensor {numerics.dtype}": float(p.tensor)}
+    if p.sparse_tensor != p.tensor:
+        roofs[f"sparse tensor {numerics.dtype} (x{acc.nonzero_rate:g})"] = float(p.sparse_tensor)
+    roofs[f"vector {numerics.vector_dtype}"] = float(p.vector)
+    if numerics.csr_dtype != numerics.vector_dtype:
+        roofs[f"vector {numerics.csr_dtype} (CSR)"] = float(p.csr)
 
     flops = layers["flops"].to_numpy(dtype=np.float64)
     nbytes = layers["dram_bytes"].to_numpy(dtype=np.float64)

@@ -160,7 +160,7 @@ def test_roofline_data_without_sparse_roof_when_rate_is_one():
     layers = pd.DataFrame({"model": "m", "format": ["dense"], "op": ["a"], "unit": ["tensor"],
                            "bound": ["memory"], "flops": [1.0], "dram_bytes": [1.0],
                            "time_s": [1.0]})
-    data = reports.roofline_data(layers, fake_accelerator(1.0), csr_dtype="fp16")
+    data = reports.roofline_data(layers, fake_accelerator(1.0), dse.Numerics(csr_dtype="fp16"))
     assert set(data["roof"].dropna()) == {"tensor fp16", "vector fp16"}
     with pytest.raises(ValueError, match="hardware"):
         reports.roofline_data(pd.concat([layers.assign(hardware="x"),

@@ -12,21 +12,22 @@ from workloads import TraceError
 
 from ..accuracy import AccuracyError, AccuracyTableError
 from ..explore import SweepError
+from ..measure.errors import BenchError
 from ..output import OutputError
 from ..roofline import EvaluationError, NumericsError
 from ..sim import FanoutError, SimulationError
-from . import accuracy, evaluate, hw, report, simulate, workloads
+from . import accuracy, bench, evaluate, hw, report, simulate, workloads
 from . import search as search_command
 from .options import Parser
 
 __all__ = ["main"]
 
 #: The command groups, in the order `dse --help` lists them; each module has add_parsers().
-COMMANDS = (evaluate, workloads, accuracy, hw, simulate, search_command, report)
+COMMANDS = (evaluate, workloads, accuracy, hw, simulate, search_command, report, bench)
 
 USER_ERRORS = (SpecError, FormatError, TraceError, EvaluationError, NumericsError, OutputError,
                AccuracyError, AccuracyTableError, SearchError, SweepError, SimulationError,
-               FanoutError)
+               FanoutError, BenchError)
 
 
 def build_parser() -> Parser:

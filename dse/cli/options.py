@@ -30,6 +30,7 @@ from .progress import StatusLine
 __all__ = [
     "MAX_BATCH",
     "SIM_OPTIONS",
+    "Default",
     "Design",
     "Parser",
     "add_design_options",
@@ -97,42 +98,51 @@ def _integer(text: str) -> int:
 # --- design ---------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Default:
+    """What an optional design option stands for when not given, and how its help says it."""
+
+    values: tuple
+    text: str
+
+
 def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = (),
-                       model_default: str | None = None, hw_default: str | None = None,
-                       format_default: str | None = None,
-                       batch_default: str = "1") -> None:
+                       models: Default | None = None, hardware: Default | None = None,
+                       formats: Default | None = None,
+                       batches: Default = Default((1,), "1")) -> None:
     """``--model --hw --set --format --batch --fusion --scope`` and the numerics options on
     ``p``. ``single``: the options of which this command takes one value (the last given, as
-    for any option given twice; one ``--hw`` naming several is refused). A ``*_default`` text
-    makes the option optional and says in its help what it defaults to
-    (:func:`design_from_args` applies it)."""
+    for any option given twice; one ``--hw`` naming several is refused). A :class:`Default`
+    makes the option optional (:func:`design_from_args` applies it) and its help says so."""
+    def said(default: Default | None) -> str:
+        return f" (default: {default.text})" if default is not None else ""
+
     title = "design (options repeatable"
     if single:
         title += "; the last " + ", ".join(single) + " counts here"
     g = p.add_argument_group(title + ")")
-    g.add_argument("--model", dest="models", action="append", required=model_default is None,
+    g.add_argument("--model", dest="models", action="append", required=models is None,
                    metavar="NAME|PATH",
                    help="shipped trace name or alias (`dse workloads list`) or a trace .json"
-                        + (f" (default: {model_default})" if model_default else ""))
-    g.add_argument("--hw", dest="hardware", action="append", required=hw_default is None,
+                        + said(models))
+    g.add_argument("--hw", dest="hardware", action="append", required=hardware is None,
                    metavar="NAME|PATH",
                    help="catalog name (`dse hw list`) or spec .toml; also comma-separated, "
-                        "e.g. a100,h100,my_gpu.toml"
-                        + (f" (default: {hw_default})" if hw_default else ""))
+                        "e.g. a100,h100,my_gpu.toml" + said(hardware))
     add_set_option(g)
-    g.add_argument("--format", dest="formats", action="append",
-                   required=format_default is None, metavar="F",
+    g.add_argument("--format", dest="formats", action="append", required=formats is None,
+                   metavar="F",
                    help="sparse format, e.g. 2:4, block4@87.5%%, unstructured@0.875; dense is "
-                        "always evaluated as the baseline"
-                        + (f" (default: {format_default})" if format_default else ""))
+                        "always evaluated as the baseline" + said(formats))
     g.add_argument("--batch", dest="batches", action="append", type=batch_size, metavar="B",
-                   help=f"batch size, 1 to {MAX_BATCH:,} (default: {batch_default})")
+                   help=f"batch size, 1 to {MAX_BATCH:,}" + said(batches))
     g.add_argument("--fusion", dest="fusions", action="append", choices=FUSIONS,
                    help="fusion model (default unfused)")
     g.add_argument("--scope", choices=SCOPES, default="gemm",
                    help="gemm: prunable weight GEMMs only; all: every op (default gemm)")
     add_numerics_options(p)
-    p.set_defaults(single_options=tuple(single), command_name=p.prog)
+    p.set_defaults(single_options=tuple(single), command_name=p.prog, design_defaults={
+        "--model": models, "--hw": hardware, "--format": formats, "--batch": batches})
 
 
 def add_set_option(p) -> None:
@@ -190,29 +200,28 @@ def _unique(values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-def design_from_args(args: argparse.Namespace, models: Sequence[str] = (),
-                     hardware: Sequence[str] = (), formats: Sequence[str] = (),
-                     batches: Sequence[int] = (1,)) -> Design:
-    """Load and check what the design options name; the keyword arguments are the defaults of
-    options not given. Bad names, formats and hardware raise the ground packages' one-line
-    errors."""
+def design_from_args(args: argparse.Namespace) -> Design:
+    """Load and check what the design options name (the command's defaults where an option is
+    not given). Bad names, formats and hardware raise the ground packages' one-line errors."""
     single = getattr(args, "single_options", ())
     given = {"--model": args.models, "--hw": args.hardware, "--format": args.formats,
              "--batch": args.batches, "--fusion": args.fusions}
+    defaults = {o: list(d.values) if d is not None else []
+                for o, d in args.design_defaults.items()}
     # Where a command takes one value, the last one given wins, as for any option given twice.
-    last = {o: (v[-1:] if v and o in single else v) for o, v in given.items()}
-    names = _unique(h.strip() for v in (last["--hw"] or hardware) for h in v.split(",")
-                    if h.strip())
+    last = {o: (v[-1:] if v and o in single else v) or defaults.get(o, [])
+            for o, v in given.items()}
+    names = _unique(h.strip() for v in last["--hw"] for h in v.split(",") if h.strip())
     if "--hw" in single and len(names) > 1:
         raise EvaluationError(f"--hw {','.join(names)}: {args.command_name} takes one "
                               "accelerator; give one name")
     design = Design(
-        traces=[load_trace(m) for m in _unique(last["--model"] or models)],
+        traces=[load_trace(m) for m in _unique(last["--model"])],
         hardware=[accelerator_models.load(h, args.overrides) for h in names],
         hardware_names=names,
         overrides=list(args.overrides),
-        formats=_unique(last["--format"] or formats),
-        batches=_unique(last["--batch"] or batches),
+        formats=_unique(last["--format"]),
+        batches=_unique(last["--batch"]),
         fusions=_unique(last["--fusion"] or ["unfused"]),
         scope=args.scope,
         numerics=numerics_from_args(args),

@@ -15,6 +15,7 @@ from ..explore.studies import DEFAULT_BATCHES, DEFAULT_FORMATS
 from ..output import write_table
 from ..roofline import evaluate, evaluate_layers
 from .options import (
+    Default,
     Parser,
     add_design_options,
     add_evaluator_options,
@@ -80,10 +81,13 @@ def add_parsers(commands) -> None:
                     "tornado of how a reference design's speedup responds to each hardware "
                     "field (halved and doubled). Unless --set names sparse_tensor.patterns, "
                     "the sparse tensor core runs every N:M format of the study.")
-    add_design_options(fo, single=("--hw", "--fusion"),
-                       model_default="every shipped model except the toy", hw_default="a100",
-                       format_default="2:4, 1:4, block16@87.5%%, unstructured@87.5%%",
-                       batch_default="1, 2, 4, ..., 256")
+    add_design_options(
+        fo, single=("--hw", "--fusion"),
+        models=Default(tuple(n for n in trace_names() if n != "toy_hybrid"),
+                       "every shipped model except the toy"),
+        hardware=Default(("a100",), "a100"),
+        formats=Default(DEFAULT_FORMATS, ", ".join(DEFAULT_FORMATS).replace("%", "%%")),
+        batches=Default(DEFAULT_BATCHES, "1, 2, 4, ..., 256"))
     fo.add_argument("--threshold", type=float, default=1.1,
                     help="speedup whose crossing is reported (default 1.1)")
     fo.add_argument("--tornado-format", default="2:4", metavar="F",
@@ -112,7 +116,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
                       & (evaluated["batch"] == first_batch)].copy()
     table = load_accuracy_table(args.accuracy_table or DEFAULT_TABLE)
     roof = reports.sparsity_roofline_data(attach_accuracy(first, table))
-    per_layer = reports.roofline_data(layers, first_hw)
+    per_layer = reports.roofline_data(layers, first_hw, d.numerics)
     mix = reports.bound_mix_data(layers)
     shares = reports.feature_share_data(evaluated[evaluated["hardware"] == first_hw.name])
     sections = [
@@ -200,8 +204,7 @@ def _cmd_feature_overhead(args: argparse.Namespace) -> int:
     import reports
 
     check_outputs(folders=[("--out", args.out)])
-    d = design_from_args(args, models=[n for n in trace_names() if n != "toy_hybrid"],
-                         hardware=["a100"], formats=DEFAULT_FORMATS, batches=DEFAULT_BATCHES)
+    d = design_from_args(args)
     study = feature_overhead(d.traces, d.hardware_names[0], d.overrides, d.formats, d.batches,
                              args.threshold, args.tornado_format,
                              tornado_model=args.tornado_model, fusion=d.fusions[0],

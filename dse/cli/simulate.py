@@ -11,6 +11,7 @@ import pandas as pd
 from ..output import format_seconds, write_table
 from ..sim import simulate
 from .options import (
+    Default,
     add_design_options,
     add_sim_options,
     check_outputs,
@@ -36,7 +37,7 @@ def add_parsers(commands) -> None:
                "--report sim-report. With --buffer-bytes inf --launch-overhead-s 0 "
                "--overlap full it reproduces the roofline.")
     add_design_options(sp, single=("--model", "--hw", "--format", "--batch", "--fusion"),
-                       format_default="dense")
+                       formats=Default(("dense",), "dense"))
     add_sim_options(sp)
     sp.add_argument("--top", type=positive_int, default=10, metavar="N",
                     help="ops with the largest gap to print (default 10)")
@@ -53,7 +54,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     config = sim_config_from_args(args)
     check_outputs(files=[("--out", args.out), ("--timeline", args.timeline)],
                   folders=[("--report", args.report)])
-    d = design_from_args(args, formats=["dense"])
+    d = design_from_args(args)
     result = simulate(d.trace, d.accelerator, d.formats[0], d.batches[0], d.fusions[0],
                       d.scope, config, d.numerics, progress=StatusLine("simulated", "ops"))
     _print_result(result, args.top)

@@ -11,8 +11,10 @@ from .evaluator import (
     FUSIONS,
     SCOPES,
     EvaluationError,
+    Peaks,
     evaluate,
     evaluate_layers,
+    peaks,
 )
 from .numerics import DTYPE_BYTES, Numerics, NumericsError
 
@@ -24,6 +26,8 @@ __all__ = [
     "EvaluationError",
     "Numerics",
     "NumericsError",
+    "Peaks",
     "evaluate",
     "evaluate_layers",
+    "peaks",
 ]

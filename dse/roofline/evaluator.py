@@ -35,7 +35,8 @@ from .pricing import (
 )
 
 __all__ = ["DEFAULT_NUMERICS", "FUSIONS", "SCOPES", "EvaluationError", "Problem", "evaluate",
-           "evaluate_layers", "fusion_latency", "label_column", "pick_fallback", "prepare"]
+           "evaluate_layers", "fusion_latency", "label_column", "Peaks", "peaks", "pick_fallback",
+           "prepare"]
 
 FUSIONS = ("unfused", "fused", "fused_prefetched")
 DEFAULT_NUMERICS = Numerics()  # frozen, so one shared default is safe
@@ -112,15 +113,34 @@ def _choices(value: str | Iterable[str], allowed: Sequence[str], what: str) -> l
     return list(dict.fromkeys(items))
 
 
-def _hardware_rates(acc: Accelerator, numerics: Numerics) -> list[float]:
+@dataclass(frozen=True)
+class Peaks:
+    """The ceilings an accelerator gives a run's numerics: DRAM bandwidth (bytes/s) and the
+    peak FLOP/s of each unit the roofline prices work on (the roofs of a roofline chart)."""
+
+    dram_bytes_per_s: float
+    tensor: float  # dense tensor cores at numerics.dtype
+    sparse_tensor: float  # N:M on the sparse tensor core: tensor x nonzero_rate
+    csr: float  # unstructured CSR kernels on the vector cores at numerics.csr_dtype
+    vector: float  # elementwise ops on the vector cores at numerics.vector_dtype
+
+
+def peaks(acc: Accelerator, numerics: Numerics = DEFAULT_NUMERICS) -> Peaks:
+    """The ceilings the roofline divides by, for ``acc`` under ``numerics``."""
     tensor = acc.tensor_rate(numerics.dtype)
     sparse = tensor * acc.nonzero_rate if acc.sparse_tensor is not None else tensor
+    return Peaks(acc.dram_bandwidth_bytes_per_s, tensor, sparse,
+                 acc.vector_rate(numerics.csr_dtype), acc.vector_rate(numerics.vector_dtype))
+
+
+def _hardware_rates(acc: Accelerator, numerics: Numerics) -> list[float]:
+    p = peaks(acc, numerics)
     row = [0.0] * K.HW_COLUMNS
-    row[K.HW_INV_BW] = 1.0 / acc.dram_bandwidth_bytes_per_s
-    row[K.HW_INV_TENSOR] = 1.0 / tensor
-    row[K.HW_INV_SPARSE] = 1.0 / sparse
-    row[K.HW_INV_CSR] = 1.0 / acc.vector_rate(numerics.csr_dtype)
-    row[K.HW_INV_VECTOR] = 1.0 / acc.vector_rate(numerics.vector_dtype)
+    row[K.HW_INV_BW] = 1.0 / p.dram_bytes_per_s
+    row[K.HW_INV_TENSOR] = 1.0 / p.tensor
+    row[K.HW_INV_SPARSE] = 1.0 / p.sparse_tensor
+    row[K.HW_INV_CSR] = 1.0 / p.csr
+    row[K.HW_INV_VECTOR] = 1.0 / p.vector
     return row
 
 
