@@ -179,7 +179,7 @@ def spmv_size_chart(data: pd.DataFrame) -> alt.LayerChart:
     color = alt.Color("kernel:N", title="kernel", sort=groups,
                       scale=alt.Scale(domain=groups,
                                       range=[_KERNEL_COLORS[g] for g in groups]),
-                      legend=alt.Legend(symbolOpacity=1))
+                      legend=alt.Legend(symbolOpacity=1, orient="bottom"))
     x = alt.X("matrix_bytes:Q", title="matrix size (CSR bytes, log scale)",
               scale=alt.Scale(type="log", nice=False, padding=10),
               axis=alt.Axis(format="~s"))
