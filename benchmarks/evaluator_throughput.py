@@ -34,6 +34,7 @@ import pandas as pd
 
 import accelerator_models
 import dse
+from dse.measure.host import cpu_clock, cpu_model, other_cores, wait_idle
 from dse.roofline import kernels as K
 from dse.roofline.evaluator import prepare  # the search path's own array preparation
 from dse.roofline.numerics import Numerics
@@ -277,42 +278,6 @@ def latency(name: str, fn: Callable, trace: Trace, acc, calls: int, budget_s: fl
             "other_processes_cores": other_cores(clock)}
 
 
-def cpu_clock() -> tuple[float, float, float] | None:
-    """(wall, busy CPU seconds of the whole machine, CPU seconds of this process), Linux only."""
-    try:
-        with open("/proc/stat", encoding="utf-8") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    ticks = os.sysconf("SC_CLK_TCK")
-    own = os.times()
-    return time.perf_counter(), (sum(fields[:8]) - idle) / ticks, own.user + own.system
-
-
-def other_cores(since: tuple[float, float, float] | None) -> float | None:
-    """Cores that other processes kept busy, on average, since ``since``: they skew every
-    figure here (the machine has 2 cores)."""
-    now = cpu_clock()
-    if since is None or now is None or now[0] <= since[0]:
-        return None
-    return max(0.0, ((now[1] - since[1]) - (now[2] - since[2])) / (now[0] - since[0]))
-
-
-def wait_idle(max_s: float) -> float:
-    """Wait (up to ``max_s`` seconds) until other processes have left the cores alone for a
-    second; returns the seconds waited. A no-op when ``max_s`` is 0 or /proc/stat is missing."""
-    start = time.perf_counter()
-    calm = 0
-    while max_s > 0 and time.perf_counter() - start < max_s and calm < 2:
-        clock = cpu_clock()
-        if clock is None:
-            break
-        time.sleep(0.5)
-        calm = calm + 1 if (other_cores(clock) or 0.0) < 0.1 else 0
-    return time.perf_counter() - start
-
-
 def environment() -> dict:
     try:
         layer = numba.threading_layer()
@@ -329,19 +294,8 @@ def environment() -> dict:
         "cpu_count": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "machine": platform.machine(),
-        "processor": _cpu_model(),
+        "processor": cpu_model(),
     }
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _rate(x: float) -> str:

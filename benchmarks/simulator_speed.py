@@ -39,12 +39,8 @@ import numpy as np
 import simpy
 
 import accelerator_models
-from benchmarks.evaluator_throughput import (
-    cpu_clock,
-    other_cores,
-    parse_benchmark_args,
-    wait_idle,
-)
+from benchmarks.evaluator_throughput import parse_benchmark_args
+from dse.measure.host import cpu_clock, other_cores, wait_idle
 from dse.roofline.numerics import Numerics
 from dse.sim.engine import CountingEnvironment, run
 from dse.sim.plan import plan, work
