@@ -14,6 +14,8 @@ import pandas as pd
 import pytest
 
 import accelerator_models
+import dse
+import formats
 from dse.cli import main
 from dse.explore import Simulator
 from dse.explore.sweep import parse_vary, sweep
@@ -235,3 +237,12 @@ def test_search_with_the_simulator(tmp_path, capsys):
     assert (tmp_path / "out" / "results.parquet").read_bytes() == before
     # The same evaluator and settings resume.
     assert _search(tmp_path, "--resume", "--evaluator", "simulate", *LAUNCH) == 0
+
+
+def test_dask_without_its_extra_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
+    task = sim_fanout.SimTask(load_trace(MODEL), accelerator_models.load("a100"),
+                              formats.parse("2:4"), 1, "unfused", "gemm", CONFIG,
+                              dse.Numerics())
+    with pytest.raises(sim_fanout.FanoutError, match=r"sparsity-dse\[dask\]"):
+        sim_fanout.simulate_designs([task, task], dask=LOCAL)

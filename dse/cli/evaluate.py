@@ -12,7 +12,7 @@ from workloads import trace_names
 
 from ..output import format_seconds, write_table
 from ..roofline import evaluate, evaluate_layers
-from .options import add_design_options, check_outputs, design_from_args
+from .options import Default, add_design_options, check_outputs, design_from_args
 
 __all__ = ["add_parsers"]
 
@@ -24,7 +24,7 @@ def add_parsers(commands) -> None:
                     "with the roofline (speed-of-light) model, and print latency, dense "
                     "latency, speedup, bound mix, feature share of DRAM traffic and fallbacks.",
         epilog=f"Format grammar: {GRAMMAR_HELP}. Shipped models: {', '.join(trace_names())}.")
-    add_design_options(ev)
+    add_design_options(ev, formats=Default(("dense",), "dense alone"))
     ev.add_argument("--per-layer", action="store_true",
                     help="print (and write with --out) one row per op and design")
     ev.add_argument("--out", type=Path, metavar="FILE",

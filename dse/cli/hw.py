@@ -56,6 +56,7 @@ def _cmd_hw_show(args: argparse.Namespace) -> int:
         print(f"description: {acc.description}")
     if acc.aliases:
         print(f"aliases: {', '.join(acc.aliases)}")
+    print(f"in short: {_in_short(acc)}")
     print("fields:")
     for path in FIELDS:
         value = _field_value(acc, path)
@@ -91,3 +92,31 @@ def _field_value(acc, path: str):
         # Counts and byte sizes in full: 6 digits would print 40 MiB as 4.1943e+07.
         return f"{value:.15g}"
     return f"{value:.6g}"
+
+
+def _size(nbytes: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def _in_short(acc) -> str:
+    """The spec in human units: TB/s, TFLOP/s, MiB, us."""
+    parts = [f"DRAM {acc.dram_bandwidth_bytes_per_s / 1e12:.4g} TB/s"]
+    parts += [f"tensor {d} {v / 1e12:.4g} {'TOP/s' if d == 'int8' else 'TFLOP/s'}"
+              for d, v in acc.tensor_flops_per_s.items()]
+    parts += [f"vector {d} {v / 1e12:.4g} TFLOP/s" for d, v in acc.vector_flops_per_s.items()]
+    if acc.sparse_tensor is not None:
+        patterns = ",".join(f"{n}:{m}" for n, m in acc.sparse_tensor.patterns)
+        parts.append(f"sparse tensor core {patterns} at {acc.nonzero_rate:g}x the dense rate "
+                     "on nonzeros")
+    if acc.sm_count is not None:
+        parts.append(f"{acc.sm_count} SMs")
+    if acc.shared_memory_per_sm_bytes is not None:
+        parts.append(f"{_size(acc.shared_memory_per_sm_bytes)} shared memory per SM")
+    if acc.l2_bytes is not None:
+        parts.append(f"L2 {_size(acc.l2_bytes)}")
+    if acc.kernel_launch_overhead_s is not None:
+        parts.append(f"launch {acc.kernel_launch_overhead_s * 1e6:.3g} us")
+    return "; ".join(parts)

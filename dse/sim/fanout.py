@@ -113,9 +113,9 @@ def _on_dask(tasks: list[SimTask], workers: int, address: str,
     try:
         from distributed import Client, LocalCluster
         from distributed import as_completed as dask_completed
-    except ImportError:  # pragma: no cover - a dependency of the package
-        raise FanoutError("--dask needs the distributed package: pip install "
-                          "'dask[distributed]'") from None
+    except ImportError:
+        raise FanoutError("--dask needs Dask's distributed package, an extra of dse: pip "
+                          "install 'sparsity-dse[dask]'") from None
     cluster = None
     try:
         if address == LOCAL:
