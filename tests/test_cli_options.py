@@ -117,3 +117,22 @@ def test_the_same_bad_value_gives_the_same_error_everywhere(case, tmp_path, caps
         # The message after "dse ...: error: " is the same for every command.
         messages[command] = line.split("error: ", 1)[1].split(" (see dse")[0]
     assert len(set(messages.values())) == 1, messages
+
+
+@pytest.mark.parametrize(("argv", "hint"), [
+    (["evaulate"], "did you mean evaluate?"),
+    (["hw", "shwo", "a100"], "did you mean show?"),
+    (["evaluate", "--model", "toy_hybrid", "--hw", "a100", "--fusion", "fusd"],
+     "did you mean fused?"),
+])
+def test_a_near_miss_gets_a_suggestion(argv, hint, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert exited.value.code == 2 and len(err.splitlines()) == 1 and hint in err, err
+
+
+def test_a_far_miss_gets_none(capsys):
+    with pytest.raises(SystemExit):
+        main(["qqqqqq"])
+    assert "did you mean" not in capsys.readouterr().err

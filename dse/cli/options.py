@@ -12,6 +12,8 @@ loads traces and accelerators and checks formats, batches and fusions for all of
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +59,18 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line naming the command and pointing at --help."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{_suggestion(message)} "
+                     f"(see {self.prog} --help)\n")
+
+
+def _suggestion(message: str) -> str:
+    """"; did you mean evaluate?" for argparse's invalid-choice message of a near miss."""
+    match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if not match:
+        return ""
+    choices = re.findall(r"'([^']*)'", match.group(2))
+    close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def positive_int(text: str) -> int:
