@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 import timm
 import torch
@@ -154,6 +155,20 @@ def _exits_2_with_one_line(argv, capsys, needle, tmp_path):
 def test_unknown_model_suggests_close_names(tmp_path, capsys):
     _exits_2_with_one_line(["workloads", "export", "convnext_tinny", "--out",
                             str(tmp_path / "x.json")], capsys, "did you mean convnext_tiny",
+                           tmp_path)
+
+
+def test_a_pretrained_tag_names_the_model():
+    """timm's names with a pretrained tag export the architecture's trace."""
+    tagged = export_trace("convnext_tiny.fb_in1k", img_size=64)
+    plain = export_trace("convnext_tiny", img_size=64)
+    pd.testing.assert_frame_equal(tagged.ops[RECORD_COLUMNS], plain.ops[RECORD_COLUMNS])
+    assert tagged.model == "convnext_tiny.fb_in1k"
+
+
+def test_an_unknown_pretrained_tag_is_one_line(tmp_path, capsys):
+    _exits_2_with_one_line(["workloads", "export", "convnext_tiny.no_such_tag", "--out",
+                            str(tmp_path / "x.json")], capsys, "convnext_tiny.no_such_tag",
                            tmp_path)
 
 

@@ -304,7 +304,9 @@ def export_trace(model_name: str, img_size: int | None = None, batch: int = TRAC
     as it is.
     """
     torch, timm = _require_torch()
-    if model_name not in timm.list_models():
+    # timm's names with a pretrained tag (convnext_tiny.fb_in1k) name a model too; the tag picks
+    # its pretrained config (e.g. the input size), never weights (built on the meta device).
+    if not timm.is_model(model_name):
         close = difflib.get_close_matches(model_name, timm.list_models(), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ExportError(f"unknown timm model {model_name!r}{hint}")
