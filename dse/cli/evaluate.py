@@ -10,9 +10,10 @@ import pandas as pd
 from formats import GRAMMAR_HELP
 from workloads import trace_names
 
-from ..output import format_seconds, write_table
+from ..output import write_table
 from ..roofline import evaluate, evaluate_layers
 from .options import Default, add_design_options, check_outputs, design_from_args
+from .tables import missing, seconds_column, share
 
 __all__ = ["add_parsers"]
 
@@ -64,17 +65,19 @@ def _fallbacks(row) -> str:
 
 
 def _design_table(table: pd.DataFrame, trace) -> str:
+    latency = seconds_column(table["latency_s"], "latency")
+    dense = seconds_column(table["dense_latency_s"], "dense")
     shown = pd.DataFrame({
         "hardware": table["hardware"],
         "format": table["format"],
         "batch": table["batch"],
         "fusion": table["fusion"],
-        "latency": table["latency_s"].map(format_seconds),
-        "dense": table["dense_latency_s"].map(format_seconds),
+        latency[0]: latency[1],
+        dense[0]: dense[1],
         "speedup": table["speedup"].map(lambda x: f"{x:.3f}x"),
         "mem-bound ops": [f"{a}/{b}" for a, b in zip(table["memory_bound_ops"], table["ops"],
                                                      strict=True)],
-        "feature share": table["feature_bytes_share"].map(lambda x: f"{x:.1%}"),
+        "feature share": table["feature_bytes_share"].map(share),
         "fallbacks": [_fallbacks(r) for r in table.itertuples()],
     })
     scope = table["scope"].iloc[0]
@@ -92,8 +95,8 @@ def _design_table(table: pd.DataFrame, trace) -> str:
 def _layer_table(table: pd.DataFrame) -> str:
     shown = table[["hardware", "format", "batch", "fusion", "op", "kind", "unit", "fallback",
                    "bound"]].copy()
-    shown["compute"] = table["compute_s"].map(format_seconds)
-    shown["memory"] = table["memory_s"].map(format_seconds)
-    shown["time"] = table["time_s"].map(format_seconds)
-    shown["fallback"] = shown["fallback"].replace("", "-")
+    for column in ("compute", "memory", "time"):
+        name, cells = seconds_column(table[f"{column}_s"], column)
+        shown[name] = cells
+    shown["fallback"] = shown["fallback"].replace("", missing())
     return shown.to_string(index=False)
