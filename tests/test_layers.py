@@ -34,8 +34,9 @@ LAYERS = {
     "dse": 6,  # the facade: dse/__init__.py re-exports the engines' public API
     "search": 7,
     "reports": 8,
-    "dse.cli": 9, "dse.__main__": 9,
-    "benchmarks": 10,
+    "dse.cli": 9,
+    "dse.__main__": 10,  # `python -m dse`: the command line
+    "benchmarks": 11,
 }
 
 

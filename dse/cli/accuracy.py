@@ -23,6 +23,7 @@ from ..accuracy import (
     run_accuracy,
     table_frame,
 )
+from ..accuracy.pipeline import check_config
 from ..output import check_output_path, write_atomic
 from .options import positive_int
 
@@ -81,7 +82,8 @@ def add_parsers(commands) -> None:
     table.add_argument("--model", metavar="NAME", help="only this model (alias swin_tiny ok)")
     table.add_argument("--format", dest="formats", action="append", default=[], metavar="F",
                        help="look this format up for the model(s); repeatable")
-    table.add_argument("--metric", default="top1")
+    table.add_argument("--metric", default="top1",
+                       help="the accuracy metric to show (default top1; one the table has)")
     table.set_defaults(run=_cmd_accuracy_table)
 
 
@@ -99,6 +101,7 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
     import time
 
     check_output_path(args.out, (".csv",))
+    # Every option is checked here, in a moment, before timm is imported or a folder created.
     config = AccuracyConfig(
         models=tuple(args.models), img_size=args.img_size, dataset=args.dataset,
         patterns=tuple(p.strip() for p in args.patterns.split(",") if p.strip()),
@@ -106,6 +109,7 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
         finetune_epochs=args.finetune_epochs, lr=args.lr, weight_decay=0.05,
         batch_size=args.batch_size, seed=args.seed, checkpoint=args.checkpoint,
         train_limit=args.train_limit)
+    check_config(config, args.work_dir, args.save_checkpoints)
     _check_timm_models(config.models)
     command = "dse accuracy " + " ".join(
         [f"--model {m}" for m in config.models]
@@ -147,6 +151,12 @@ def _cmd_accuracy_table(args: argparse.Namespace) -> int:
                                      f"{', '.join(models)}")
         models = [model]
     frame = table.frame
+    metrics = sorted(frame["metric"].unique())
+    if args.metric not in metrics:
+        raise AccuracyTableError(f"{args.path}: --metric {args.metric!r} is not in the table; "
+                                 f"it has {', '.join(metrics)}")
+    for text in args.formats:  # every --format parses before anything is printed
+        parse_format(text)
     print(f"{args.path}: {len(table)} rows, {len(table.models())} models")
     for model in models:
         rows = frame[(frame["model"] == model) & (frame["metric"] == args.metric)]

@@ -15,7 +15,7 @@ from ..roofline import evaluate, evaluate_layers
 from .options import Default, add_design_options, check_outputs, design_from_args
 from .tables import missing, seconds_column, share
 
-__all__ = ["add_parsers"]
+__all__ = ["add_parsers", "fallback_summary"]
 
 
 def add_parsers(commands) -> None:
@@ -55,13 +55,20 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fallbacks(row) -> str:
+def fallback_summary(shape_ops: int, hw_fallback: str, hw_ops: int) -> str:
+    """A design's fallbacks as every command prints them: ``18 shape->dense, 41 hw->dense``
+    (ops whose shape cannot take the format stay dense; ops the hardware cannot run go dense
+    or CSR), ``-`` for none."""
     parts = []
-    if row.shape_fallback_ops:
-        parts.append(f"{row.shape_fallback_ops} shape->dense")
-    if row.hw_fallback_ops:
-        parts.append(f"{row.hw_fallback_ops} hw->{row.hw_fallback}")
+    if shape_ops:
+        parts.append(f"{shape_ops} shape->dense")
+    if hw_ops:
+        parts.append(f"{hw_ops} hw->{hw_fallback}")
     return ", ".join(parts) or "-"
+
+
+def _fallbacks(row) -> str:
+    return fallback_summary(row.shape_fallback_ops, row.hw_fallback, row.hw_fallback_ops)
 
 
 def _design_table(table: pd.DataFrame, trace) -> str:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pandas as pd
 
 import accelerator_models
 from accelerator_models import FIELDS
 
-from .options import Parser, add_set_option
+from ..output import check_output_path, write_atomic
+from .options import Parser, add_set_option, positive_int
+from .progress import StatusLine
 
 __all__ = ["add_parsers"]
 
@@ -28,6 +31,31 @@ def add_parsers(commands) -> None:
     hw_show.add_argument("name", metavar="NAME|PATH")
     add_set_option(hw_show)
     hw_show.set_defaults(run=_cmd_hw_show)
+    hw_probe = hw_commands.add_parser(
+        "probe", help="measure this machine's ceilings and write them as a spec",
+        description="Measure the machine at hand and write an accelerator spec that every "
+                    "command takes (--hw FILE): sustained DRAM bandwidth (a STREAM triad over "
+                    "arrays far beyond the last-level cache, all cores), GEMM FLOP/s per dtype "
+                    "through torch's BLAS (fp32 in the tf32 slot; bf16 and fp16 where the CPU "
+                    "runs them natively), vector FLOP/s (an FMA loop in numba), cores and cache "
+                    "sizes from the OS; on CUDA the achieved tensor-core peak per dtype, copy "
+                    "bandwidth, SMs, shared memory and L2 (the catalog's datasheet figures "
+                    "stay where nothing was measured). Every figure's method, repeats and spread "
+                    "go into the file's [provenance]. Needs torch: pip install "
+                    "'sparsity-dse[export]'.",
+        epilog="Then: dse evaluate --hw host.toml --dtype tf32 --vector-dtype fp32 ... (a CPU "
+               "spec has no fp16 rate unless the CPU runs fp16 natively).")
+    hw_probe.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                          help="what to probe (default cpu)")
+    hw_probe.add_argument("--out", type=Path, default=Path("host.toml"), metavar="FILE.toml",
+                          help="spec to write (default host.toml)")
+    hw_probe.add_argument("--name", default="host", help="the spec's name (default host)")
+    hw_probe.add_argument("--repeats", type=positive_int, default=7, metavar="N",
+                          help="repeats per figure, at least 3 (default 7)")
+    hw_probe.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+                          help="first wait up to this long for other processes to leave the "
+                               "cores alone (default 0)")
+    hw_probe.set_defaults(run=_cmd_hw_probe)
 
 
 def _cmd_hw_list(args: argparse.Namespace) -> int:
@@ -120,3 +148,31 @@ def _in_short(acc) -> str:
     if acc.kernel_launch_overhead_s is not None:
         parts.append(f"launch {acc.kernel_launch_overhead_s * 1e6:.3g} us")
     return "; ".join(parts)
+
+
+def _cmd_hw_probe(args: argparse.Namespace) -> int:
+    from ..measure.errors import ProbeError
+    from ..measure.probe import probe, probe_spec_toml
+
+    check_output_path(args.out, (".toml",))
+    if args.wait_idle < 0:
+        raise ProbeError(f"--wait-idle {args.wait_idle:g}: give 0 or more seconds")
+    result = probe(args.device, args.repeats, progress=StatusLine("probed", "figures"),
+                   wait_idle_s=args.wait_idle)
+    text = probe_spec_toml(result, args.name, command=args.command_line)
+    write_atomic(args.out, lambda handle: handle.write(text.encode()))
+    try:
+        accelerator_models.load(str(args.out))  # what was written must load as a spec
+    except accelerator_models.SpecError:
+        args.out.unlink()
+        raise
+    print(f"probed {result.facts.get('device_name', result.facts.get('cpu_model', '?'))} in "
+          f"{result.elapsed_s:.0f} s (idle: {result.facts.get('idle')}); spread = (max - min) / "
+          "median over the repeats:")
+    for name, figure in result.figures.items():
+        print(f"  {name:<28} {figure.value:>12.4g} {figure.unit:<9} spread "
+              f"{100 * figure.spread:4.1f}% over {figure.repeats}  ({figure.method})")
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"wrote {args.out}; use it as --hw {args.out}")
+    return 0

@@ -1,7 +1,10 @@
-"""The ``dse`` parser and entry point. A user's error prints one line and exits with code 2."""
+"""The ``dse`` parser and entry point. A user's error prints one line and exits with code 2;
+an interrupt (Ctrl-C) one line and code 130; output that cannot be written one line and 2."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -12,22 +15,24 @@ from workloads import TraceError
 
 from ..accuracy import AccuracyError, AccuracyTableError
 from ..explore import SweepError
-from ..measure.errors import BenchError
+from ..measure.errors import BenchError, DatasetError, MeasureError, ProbeError
 from ..output import OutputError
 from ..roofline import EvaluationError, NumericsError
 from ..sim import FanoutError, SimulationError
-from . import accuracy, bench, evaluate, hw, report, simulate, workloads
+from . import accuracy, bench, evaluate, hw, measure, report, simulate, workloads
 from . import search as search_command
 from .options import Parser
 
 __all__ = ["main"]
 
 #: The command groups, in the order `dse --help` lists them; each module has add_parsers().
-COMMANDS = (evaluate, workloads, accuracy, hw, simulate, search_command, report, bench)
+COMMANDS = (evaluate, workloads, accuracy, hw, simulate, search_command, report, measure,
+            bench)
 
 USER_ERRORS = (SpecError, FormatError, TraceError, EvaluationError, NumericsError, OutputError,
                AccuracyError, AccuracyTableError, SearchError, SweepError, SimulationError,
-               FanoutError, BenchError)
+               FanoutError, BenchError, MeasureError, ProbeError,
+               DatasetError)
 
 
 def build_parser() -> Parser:
@@ -43,19 +48,91 @@ def build_parser() -> Parser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+class StdoutError(Exception):
+    """Standard output took no more text: a full device, a reader that went away."""
+
+
+class _GuardedStdout:
+    """``sys.stdout`` while a command runs: a failed write or flush becomes a
+    :class:`StdoutError`, told apart from the OSErrors of files and the library."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise StdoutError(exc.strerror or str(exc)) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise StdoutError(exc.strerror or str(exc)) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _silence_stdout(stream) -> None:
+    """After a failed write: drop what is still buffered, so that the interpreter's own flush
+    at exit does not fail a second time with a traceback."""
     try:
-        return args.run(args)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # not a real file (tests capture it)
+        pass
+
+
+def _error(message: str, code: int) -> int:
+    print(f"dse: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Exit codes: 0 done; 2 a user's error (one line on stderr, nothing left
+    behind: result files are written atomically); 130 interrupted (Ctrl-C), one line, no
+    partial files. Output that cannot be written (stdout closed or refused: a full device, a
+    reader that exited) is an error too (exit 2), never a silent loss."""
+    stream = sys.stdout
+    if stream is None or getattr(stream, "closed", False):
+        # Python sets sys.stdout to None when file descriptor 1 is closed (`dse ... >&-`).
+        return _error("error: standard output is closed; run dse with an open standard "
+                      "output (redirect it to a file or /dev/null)", 2)
+    sys.stdout = _GuardedStdout(stream)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        # The command as run, for the files that record it (reports, datasets, probes).
+        args.command_line = "dse " + shlex.join(sys.argv[1:] if argv is None else argv)
+        code = args.run(args)
+        sys.stdout.flush()  # a full device shows here, not at the interpreter's exit
+        return code
     except SearchInterrupted as exc:
-        print(f"dse: {exc}", file=sys.stderr)
-        return 130
+        return _error(str(exc), 130)
+    except KeyboardInterrupt:
+        # Result files are written atomically (dse.output, reports): none is left half-written.
+        return _error("interrupted; no partial result file was left", 130)
     except USER_ERRORS as exc:
-        print(f"dse: error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # `dse ... | head`
-        return 0
+        return _error(f"error: {exc}", 2)
+    except StdoutError as exc:
+        _silence_stdout(stream)
+        return _error(f"error: cannot write to standard output ({exc}); results shown "
+                      "there are incomplete", 2)
+    except Exception as exc:
+        if _is_report_error(exc):
+            return _error(f"error: {exc}", 2)
+        raise
+    finally:
+        sys.stdout = stream
+
+
+def _is_report_error(exc: Exception) -> bool:
+    # `reports` (Altair) is imported only by the commands that draw; so is its error type.
+    reports = sys.modules.get("reports")
+    return reports is not None and isinstance(exc, reports.ReportError)
 
 
 if __name__ == "__main__":

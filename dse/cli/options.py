@@ -122,11 +122,14 @@ class Default:
 def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = (),
                        models: Default | None = None, hardware: Default | None = None,
                        formats: Default | None = None,
-                       batches: Default = Default((1,), "1")) -> None:
+                       batches: Default = Default((1,), "1"),
+                       fusion: bool = True, numerics: bool = True) -> None:
     """``--model --hw --set --format --batch --fusion --scope`` and the numerics options on
     ``p``. ``single``: the options of which this command takes one value (the last given, as
     for any option given twice; one ``--hw`` naming several is refused). A :class:`Default`
-    makes the option optional (:func:`design_from_args` applies it) and its help says so."""
+    makes the option optional (:func:`design_from_args` applies it) and its help says so.
+    ``fusion=False`` leaves out ``--fusion`` and ``--scope``, ``numerics=False`` the numerics
+    options, for commands whose designs do not have them (``dse measure`` times kernels)."""
     def said(default: Default | None) -> str:
         return f" (default: {default.text})" if default is not None else ""
 
@@ -149,11 +152,13 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
                         "always evaluated as the baseline" + said(formats))
     g.add_argument("--batch", dest="batches", action="append", type=batch_size, metavar="B",
                    help=f"batch size, 1 to {MAX_BATCH:,}" + said(batches))
-    g.add_argument("--fusion", dest="fusions", action="append", choices=FUSIONS,
-                   help="fusion model (default unfused)")
-    g.add_argument("--scope", choices=SCOPES, default="gemm",
-                   help="gemm: prunable weight GEMMs only; all: every op (default gemm)")
-    add_numerics_options(p)
+    if fusion:
+        g.add_argument("--fusion", dest="fusions", action="append", choices=FUSIONS,
+                       help="fusion model (default unfused)")
+        g.add_argument("--scope", choices=SCOPES, default="gemm",
+                       help="gemm: prunable weight GEMMs only; all: every op (default gemm)")
+    if numerics:
+        add_numerics_options(p)
     p.set_defaults(single_options=tuple(single), command_name=p.prog, design_defaults={
         "--model": models, "--hw": hardware, "--format": formats, "--batch": batches})
 
@@ -218,7 +223,7 @@ def design_from_args(args: argparse.Namespace) -> Design:
     not given). Bad names, formats and hardware raise the ground packages' one-line errors."""
     single = getattr(args, "single_options", ())
     given = {"--model": args.models, "--hw": args.hardware, "--format": args.formats,
-             "--batch": args.batches, "--fusion": args.fusions}
+             "--batch": args.batches, "--fusion": getattr(args, "fusions", None)}
     defaults = {o: list(d.values) if d is not None else []
                 for o, d in args.design_defaults.items()}
     # Where a command takes one value, the last one given wins, as for any option given twice.
@@ -236,8 +241,8 @@ def design_from_args(args: argparse.Namespace) -> Design:
         formats=_unique(last["--format"]),
         batches=_unique(last["--batch"]),
         fusions=_unique(last["--fusion"] or ["unfused"]),
-        scope=args.scope,
-        numerics=numerics_from_args(args),
+        scope=getattr(args, "scope", "gemm"),
+        numerics=numerics_from_args(args) if hasattr(args, "dtype") else Numerics(),
     )
     for fmt in design.formats:
         parse_format(fmt)  # a bad format fails before any work

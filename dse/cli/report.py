@@ -14,6 +14,7 @@ from ..explore import feature_overhead, parse_vary, sweep
 from ..explore.studies import DEFAULT_BATCHES, DEFAULT_FORMATS
 from ..output import write_table
 from ..roofline import evaluate, evaluate_layers
+from .evaluate import fallback_summary
 from .options import (
     Default,
     Parser,
@@ -23,6 +24,7 @@ from .options import (
     design_from_args,
     evaluator_from_args,
 )
+from .progress import StatusLine
 
 __all__ = ["add_parsers", "write_search_report"]
 
@@ -105,32 +107,39 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     check_outputs(folders=[("--out", args.out)])
     d = design_from_args(args)
-    first_hw, first_batch, fusion = d.accelerator, d.batches[0], d.fusions[0]
+    first_hw, fusion = d.accelerator, d.fusions[0]
     evaluated = pd.concat([evaluate(t, d.hardware, d.formats, d.batches, fusion=fusion,
                                     scope=d.scope, numerics=d.numerics) for t in d.traces],
                           ignore_index=True)
-    layers = pd.concat([evaluate_layers(t, first_hw, d.formats, first_batch, fusion=fusion,
+    # Every requested batch is charted: a row (or column) per batch where it matters.
+    layers = pd.concat([evaluate_layers(t, first_hw, d.formats, d.batches, fusion=fusion,
                                         scope=d.scope, numerics=d.numerics) for t in d.traces],
                        ignore_index=True)
-    first = evaluated[(evaluated["hardware"] == first_hw.name)
-                      & (evaluated["batch"] == first_batch)].copy()
+    on_first = evaluated[evaluated["hardware"] == first_hw.name]
     table = load_accuracy_table(args.accuracy_table or DEFAULT_TABLE)
-    roof = reports.sparsity_roofline_data(attach_accuracy(first, table))
+    with_accuracy = attach_accuracy(on_first.copy(), table)
+    roof = pd.concat([reports.sparsity_roofline_data(with_accuracy[with_accuracy["batch"] == b])
+                      for b in d.batches], ignore_index=True)
     per_layer = reports.roofline_data(layers, first_hw, d.numerics)
-    mix = reports.bound_mix_data(layers)
-    shares = reports.feature_share_data(evaluated[evaluated["hardware"] == first_hw.name])
+    mix = pd.concat([reports.bound_mix_data(layers[layers["batch"] == b]) for b in d.batches],
+                    ignore_index=True)
+    shares = reports.feature_share_data(on_first)
+    where = f"on {first_hw.name}" + (f" (the first of {len(d.hardware)} accelerators)"
+                                     if len(d.hardware) > 1 else "")
+    batches = ", ".join(map(str, d.batches))
     sections = [
-        reports.Section("sparsity-roofline", f"Sparsity Roofline on {first_hw.name}, batch "
-                        f"{first_batch}", reports.sparsity_roofline_chart(roof), roof),
-        reports.Section("roofline", f"Per-layer roofline on {first_hw.name}",
+        reports.Section("sparsity-roofline", f"Sparsity Roofline {where}, batch {batches}",
+                        reports.sparsity_roofline_chart(roof), roof),
+        reports.Section("roofline", f"Per-layer roofline {where}, batch {batches}",
                         reports.roofline_chart(per_layer), per_layer),
-        reports.Section("bound-mix", "Memory- and compute-bound ops by format",
-                        reports.bound_mix_chart(mix), mix),
-        reports.Section("feature-share", "Feature share of DRAM traffic and speedup by batch",
-                        reports.feature_share_chart(shares), shares),
+        reports.Section("bound-mix", f"Memory- and compute-bound share of time by format "
+                        f"{where}, batch {batches}", reports.bound_mix_chart(mix), mix),
+        reports.Section("feature-share", f"Feature share of DRAM traffic and speedup by batch "
+                        f"{where}", reports.feature_share_chart(shares), shares),
     ]
     index = reports.write_report(args.out, "dse report", sections,
-                                 tables=[("Designs", evaluated)])
+                                 tables=[("Designs", evaluated)], command=args.command_line,
+                                 hardware=d.hardware)
     print(f"wrote {index} ({len(sections)} charts)")
     return 0
 
@@ -145,6 +154,8 @@ def _comparison_text(frame: pd.DataFrame) -> str:
         "bound mix": [f"{m}/{n} mem" for m, n in zip(frame["memory_bound_ops"], frame["ops"],
                                                       strict=True)],
         "feature share": frame["feature_bytes_share"].map(lambda v: f"{v:.1%}"),
+        "fallbacks": [fallback_summary(r.shape_fallback_ops, r.hw_fallback, r.hw_fallback_ops)
+                      for r in frame.itertuples()],
     })
     return shown.to_string(index=False)
 
@@ -165,8 +176,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
         data = reports.hardware_comparison_data(frame)
         index = reports.write_report(args.report, "dse compare", [reports.Section(
-            "hardware-comparison", "Speedup by accelerator",
-            reports.hardware_comparison_chart(data), data)], tables=[("Designs", frame)])
+            "hardware-comparison", "Latency and speedup by accelerator",
+            reports.hardware_comparison_chart(data), data)], tables=[("Designs", frame)],
+            command=args.command_line, hardware=d.hardware)
         print(f"wrote {index}")
     return 0
 
@@ -177,7 +189,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     d = design_from_args(args)  # a bad --hw, --set or --format fails before sweeping
     frame = sweep(d.traces, d.hardware_names, d.overrides, d.formats, varies, d.batches,
                   fusion=d.fusions, scope=d.scope, numerics=d.numerics,
-                  evaluator=evaluator_from_args(args))
+                  evaluator=evaluator_from_args(args), progress=StatusLine("swept"))
     write_table(frame, args.out)
     print(f"wrote {len(frame)} rows ({len(varies)} varied dimensions) to {args.out}")
     if args.report is not None:
@@ -201,6 +213,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_feature_overhead(args: argparse.Namespace) -> int:
+    import accelerator_models
     import reports
 
     check_outputs(folders=[("--out", args.out)])
@@ -210,7 +223,15 @@ def _cmd_feature_overhead(args: argparse.Namespace) -> int:
                              tornado_model=args.tornado_model, fusion=d.fusions[0],
                              scope=d.scope, numerics=d.numerics)
     shares = reports.feature_share_data(study.evaluated)
-    torn = reports.tornado_data(study.tornado)
+    model = study.tornado["model"].iloc[0]
+    base = study.evaluated[(study.evaluated["model"] == model)
+                           & (study.evaluated["format"] == args.tornado_format)
+                           & (study.evaluated["batch"] == 1)]
+    design = {"hardware": study.evaluated["hardware"].iloc[0], "fusion": d.fusions[0],
+              "scope": d.scope}
+    if len(base):
+        design.update({k: base[k].iloc[0] for k in reports.FALLBACK_FIELDS})
+    torn = reports.tornado_data(study.tornado.assign(**design))
     sections = [
         reports.Section("feature-share", "Feature share of DRAM traffic and speedup against "
                         "batch size", reports.feature_share_chart(shares), shares),
@@ -223,7 +244,10 @@ def _cmd_feature_overhead(args: argparse.Namespace) -> int:
     index = reports.write_report(args.out, "Feature overhead against batch size", sections,
                                  tables=[("Feature share at batch 1 and 32", study.shares),
                                          (f"Where speedup drops below {study.threshold:g}x",
-                                          crossover)])
+                                          crossover)],
+                                 command=args.command_line,
+                                 hardware=[accelerator_models.load(d.hardware_names[0],
+                                                                   study.overrides)])
     print(f"hardware: {d.hardware_names[0]}"
           + (f" with {'; '.join(study.overrides)}" if study.overrides else ""))
     print(study.shares.to_string(index=False))
@@ -233,8 +257,10 @@ def _cmd_feature_overhead(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_search_report(folder: Path, results: pd.DataFrame, title: str) -> Path:
-    """The report of a search: its Pareto front and its target results."""
+def write_search_report(folder: Path, results: pd.DataFrame, title: str,
+                        command: str | None = None) -> Path:
+    """The report of a search: its Pareto front and its target results; ``command`` is
+    recorded on the page."""
     import reports
 
     pareto = reports.pareto_data(results)
@@ -244,4 +270,4 @@ def write_search_report(folder: Path, results: pd.DataFrame, title: str) -> Path
         target = reports.target_data(results)
         sections.append(reports.Section("target", "Speedup over the baseline against accuracy "
                                         "drop", reports.target_chart(target), target))
-    return reports.write_report(folder, title, sections)
+    return reports.write_report(folder, title, sections, command=command)

@@ -79,7 +79,7 @@ def add_parsers(commands) -> None:
                          "other machines with `dse search worker`")
     sp.add_argument("--resume", action="store_true",
                     help="continue the interrupted study --study NAME with its stored "
-                         "settings; assumes none of its workers still runs")
+                         "settings: redo the work of gone workers, wait for live ones")
     sp.add_argument("--results", dest="results_format", choices=("parquet", "csv"),
                     default="parquet",
                     help="file type of results and ranked tables (default parquet)")
@@ -90,6 +90,8 @@ def add_parsers(commands) -> None:
     add_evaluator_options(sp, workers=False)
     sp.add_argument("--chunk-points", type=positive_int, metavar="N",
                     help=argparse.SUPPRESS)  # work-unit size, for tests and benchmarks
+    sp.add_argument("--lease-seconds", type=_positive_float, metavar="S",
+                    help=argparse.SUPPRESS)  # how long a gone worker holds work; for tests
     sp.set_defaults(run=_cmd_search)
 
     sub = sp.add_subparsers(dest="search_command", parser_class=Parser,
@@ -97,7 +99,8 @@ def add_parsers(commands) -> None:
     wk = sub.add_parser(
         "worker", help="join a shared study and work until it is done",
         description="Join a study from any machine that reaches its storage, and claim its "
-                    "chunks (exhaustive) or trials (Optuna) until the study is done. The "
+                    "chunks (exhaustive) or trials (Optuna) until every one is stored: it "
+                    "waits for those other workers hold and redoes those of gone workers. The "
                     "storage URL may come from the DSE_SEARCH_STORAGE environment variable "
                     "(keeps the password out of the process list).")
     wk.add_argument("--storage", metavar="URL", default=os.environ.get("DSE_SEARCH_STORAGE"),
@@ -106,26 +109,42 @@ def add_parsers(commands) -> None:
     wk.add_argument("--worker-index", type=int, default=0, metavar="I",
                     help="this worker's number; Optuna seeds with seed + I (default 0)")
     wk.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    wk.add_argument("--lease-seconds", type=_positive_float, metavar="S",
+                    help=argparse.SUPPRESS)  # as dse search's
     wk.set_defaults(run=_cmd_worker)
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of seconds")
+    return value
+
+
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from search.storage import StorageError
-    from search.study import run_worker
+    from search.storage import LEASE_S, StorageError
+    from search.study import resume_command, run_worker
 
     if not args.storage:
         raise StorageError("dse search worker: give --storage URL (or set DSE_SEARCH_STORAGE)")
     meter = None if args.quiet else StatusLine(f"worker {args.worker_index} on {args.study}")
     outcome = run_worker(args.storage, args.study, args.worker_index,
-                         progress=meter or (lambda done, total, unit: None))
+                         progress=meter or (lambda done, total, unit: None),
+                         notify=(lambda line: None) if args.quiet
+                         else (lambda line: print(line, file=sys.stderr)),
+                         lease_s=args.lease_seconds or LEASE_S)
     if not args.quiet:
-        print(f"worker {args.worker_index}: {outcome.ran} {outcome.unit} done here; the study "
-              f"is complete. Results: dse search --resume --study {args.study} --storage URL",
-              file=sys.stderr)
+        print(f"worker {args.worker_index}: {outcome.ran} {outcome.unit} done here; every "
+              f"{outcome.unit[:-1]} of the study is stored. Results: "
+              f"{resume_command(args.study, None, args.storage)}", file=sys.stderr)
     return 0
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    from search.storage import LEASE_S
     from search.study import SearchRequest, run_search
 
     refuse_unused_sim_options(args)
@@ -137,14 +156,16 @@ def _cmd_search(args: argparse.Namespace) -> int:
         out=args.out, workers=args.workers, resume=args.resume,
         results_format=args.results_format, top=args.top, chunk_points=args.chunk_points,
         evaluator=args.evaluator,
-        simulation=sim_config_from_args(args) if args.evaluator == "simulate" else None)
+        simulation=sim_config_from_args(args) if args.evaluator == "simulate" else None,
+        lease_s=args.lease_seconds or LEASE_S)
     outcome = run_search(request, notify=lambda line: print(line, file=sys.stderr),
                          progress=StatusLine("search"))
     print(report(outcome, args.top))
     if args.report is not None:
         from .report import write_search_report
 
-        index = write_search_report(args.report, outcome.results, f"dse search {outcome.study}")
+        index = write_search_report(args.report, outcome.results, f"dse search {outcome.study}",
+                                    args.command_line)
         print(f"wrote {index}")
     return 0
 

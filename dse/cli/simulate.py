@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..output import format_seconds, write_table
 from ..sim import simulate
+from .evaluate import fallback_summary
 from .options import (
     Default,
     add_design_options,
@@ -63,7 +64,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.timeline is not None:
         write_table(result.timeline, args.timeline)
     if args.report is not None:
-        _write_report(result, args.report)
+        _write_report(result, args.report, args.command_line, d.accelerator)
         print(f"report: {args.report / 'index.html'}")
     return 0
 
@@ -79,6 +80,24 @@ def _bytes(value: float) -> str:
 def _clean(seconds: float, scale: float) -> str:
     """Seconds for printing, with floating-point noise (below 1e-9 of ``scale``) shown as 0."""
     return format_seconds(0.0 if abs(seconds) < 1e-9 * scale else seconds)
+
+
+def _fallback_line(result) -> str:
+    """``fallbacks: 41 hw->dense of 53 ops: ...``: the ops that do not run the format's own
+    kernel, why (shape or hardware) and how (dense or CSR); ``fallbacks: none``."""
+    s = result.summary()
+    text = fallback_summary(s.get("shape_fallback_ops", 0), s.get("hw_fallback", ""),
+                            s.get("hw_fallback_ops", 0))
+    if text == "-":
+        return "fallbacks: none"
+    ops = len(result.ops)
+    how = "dense or as CSR"
+    if not s.get("shape_fallback_ops"):
+        how = "as CSR" if s.get("hw_fallback") == "csr" else "dense"
+    elif not s.get("hw_fallback_ops") or s.get("hw_fallback") == "dense":
+        how = "dense"
+    return (f"fallbacks: {text} of {ops} ops: those ops run {how}, not as "
+            f"{result.design['format']}")
 
 
 def _print_result(result, top: int) -> None:
@@ -102,8 +121,10 @@ def _print_result(result, top: int) -> None:
           f"{_clean(s['gap_fill_drain_s'], scale)}")
     print(f"{s['kernels']} kernels, {s['tiles']} tiles, DRAM {_bytes(s['dram_bytes'])} "
           f"(roofline {_bytes(s['roofline_dram_bytes'])})")
-    busy = ", ".join(f"{r} {100 * s[f'busy_{r}']:.1f}%"
-                     for r in ("dram", "tensor", "sparse_tensor", "vector"))
+    print(_fallback_line(result))
+    words = {"dram": "DRAM", "tensor": "tensor core", "sparse_tensor": "sparse tensor core",
+             "vector": "vector cores"}
+    busy = ", ".join(f"{words[r]} {100 * s[f'busy_{r}']:.1f}%" for r in words)
     print(f"busy: {busy}")
     print(f"{s['events']} events simulated in {result.wall_s:.3f} s")
     ops = result.ops.nlargest(top, "gap_s")
@@ -119,7 +140,7 @@ def _print_result(result, top: int) -> None:
         print(table.to_string(index=False))
 
 
-def _write_report(result, folder: Path) -> None:
+def _write_report(result, folder: Path, command: str | None = None, hardware=None) -> None:
     from reports import (
         gantt_chart,
         gantt_data,
@@ -132,14 +153,20 @@ def _write_report(result, folder: Path) -> None:
 
     d = result.design
     title = (f"Simulation: {d['model']} on {d['hardware']}, {d['format']}, batch {d['batch']}, "
-             f"{d['fusion']}")
+             f"{d['fusion']}, {d['scope']} scope")
     s = result.summary()
+    fallback = _fallback_line(result)
     intro = (f"Latency {format_seconds(s['latency_s'])} against a roofline of "
              f"{format_seconds(s['roofline_latency_s'])}; buffer {_bytes(result.buffer_bytes)}, "
              f"depth {result.config.depth}, launch overhead "
-             f"{format_seconds(result.launch_overhead_s)}, overlap {result.config.overlap}.")
-    gantt, util, gap = (gantt_data(result.timeline), utilization_data(result.utilization),
-                        sim_gap_data(result.ops))
+             f"{format_seconds(result.launch_overhead_s)}, overlap {result.config.overlap}; "
+             f"{fallback}.")
+    # The design's fallback fields ride on every chart's frame, so each chart names them.
+    marks = {k: s[k] for k in ("shape_fallback_ops", "hw_fallback", "hw_fallback_ops")
+             if k in s}
+    gantt, util, gap = (gantt_data(result.timeline).assign(**marks),
+                        utilization_data(result.utilization).assign(**marks),
+                        sim_gap_data(result.ops).assign(**marks))
     sections = [
         Section("timeline", "Timeline (Gantt)", gantt_chart(gantt), gantt, intro),
         Section("utilization", "Utilization over time", utilization_chart(util), util,
@@ -149,4 +176,5 @@ def _write_report(result, folder: Path) -> None:
                 "loads or stores not hidden behind compute (fill/drain)."),
     ]
     write_report(folder, title, sections,
-                 tables=[("Summary", pd.DataFrame([s])), ("Ops", result.ops)])
+                 tables=[("Summary", pd.DataFrame([s])), ("Ops", result.ops)],
+                 command=command, hardware=[hardware] if hardware is not None else ())

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .budget import parse_duration as budget_duration
 from .errors import BenchError
 from .spmv_kernels import bcsr_kernel, compile_seconds, csr_spmv, to_bcsr
 from .spmv_matrices import BLOCK_SIZES, MIN_DIM, NNZ_PER_ROW, MatrixSpec, min_bandwidth, spmv_space
@@ -79,30 +79,10 @@ Progress = Callable[[int, int], None]
 
 # --- inputs ---------------------------------------------------------------------------------
 
-_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-
-
 def parse_duration(text: str | float | int, option: str = "--budget") -> float:
-    """Seconds in ``"90s"``, ``"5m"``, ``"1.5m"``, ``"2h"`` or a bare number of seconds.
-
-    Raises ``BenchError`` naming ``option`` for an unknown unit, zero or a negative value."""
-    if isinstance(text, bool):
-        raise BenchError(f"{option} {text}: give a duration such as 90s, 2m or 1h")
-    if isinstance(text, int | float):
-        value, unit = float(text), ""
-    else:
-        match = re.fullmatch(r"\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?)\s*([a-z]*)\s*",
-                             str(text).lower())
-        if match is None:
-            raise BenchError(f"{option} {text}: not a duration; give a number with a unit "
-                             "s, m or h, such as 90s, 2m or 1h")
-        value, unit = float(match.group(1)), match.group(2)
-        if unit not in _UNITS:
-            raise BenchError(f"{option} {text}: unknown unit {unit!r}; use s, m or h "
-                             "(90s, 2m, 1h)")
-    if not math.isfinite(value) or value <= 0:
-        raise BenchError(f"{option} {text}: give a positive duration such as 2m")
-    return value * _UNITS[unit]
+    """Seconds in ``"90s"``, ``"5m"``, ``"1.5m"``, ``"2h"`` or a number (see
+    :func:`dse.measure.budget.parse_duration`); refusals are :class:`BenchError`."""
+    return budget_duration(text, option, BenchError)
 
 
 def cache_sizes_from_sysfs(cpu: int = 0) -> dict[str, int]:

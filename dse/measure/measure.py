@@ -1,0 +1,617 @@
+"""``dse measure``: real kernels for the shapes of a trace, and beyond them.
+
+:func:`measure` times, on the machine at hand, every implementation the device has for each
+asked format family (always dense too) on every distinct prunable shape of the trace at every
+batch, plus the trace's vector ops, then spends what is left of the budget on new kernel
+configurations chosen by adaptive sampling (:mod:`dse.measure.sampling`). Every row carries its
+speed-of-light time on the given spec (dse's roofline, unfused, the op's own features) and the
+fraction of it the kernel reached. Timing follows :mod:`dse.measure.timing`.
+
+Budget arithmetic: the trace's own shapes are always measured (they are the point of the run);
+sampling then adds configurations while the time left (``budget_s`` minus what the run has
+spent, by ``clock``) covers the next one, estimated as the slowest of the last three sampled
+configurations (or the mean trace shape before any). Library code: it never prints; progress
+goes through ``progress(done, total)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..output import check_output_path, write_atomic, write_table
+from ..roofline import Numerics, evaluate, evaluate_layers
+from . import host
+from .budget import Budget, parse_duration
+from .dataset import SCHEMA, validate
+from .errors import MeasureError
+from .sol import sol_columns, sol_from_layers
+from .timing import Timing, TimingMethod, time_kernel
+
+__all__ = [
+    "Budget",
+    "DEVICE_FAMILIES",
+    "MeasureError",
+    "MeasureResult",
+    "measure",
+    "parse_budget",
+    "sol_columns",
+    "write_dataset",
+]
+
+#: Format families each device has kernels for (dense is always measured as the baseline).
+#: The timing method of a run unless one is given.
+DEFAULT_METHOD = TimingMethod()
+
+DEVICE_FAMILIES = {"cpu": ("dense", "block", "unstructured"),
+                   "cuda": ("dense", "nm", "block", "unstructured")}
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+def parse_budget(text: str | float | int) -> float:
+    """``"10m"``, ``"90s"``, ``"1.5h"`` or a number of seconds -> seconds (> 0); refusals are
+    :class:`MeasureError` (see :func:`dse.measure.budget.parse_duration`)."""
+    return parse_duration(text, "--budget", MeasureError)
+
+
+
+def _formats(texts: Sequence[str], device: str):
+    import formats
+
+    parsed = []
+    for text in texts:
+        try:
+            fmt = formats.parse(text) if isinstance(text, str) else text
+        except formats.FormatError as exc:
+            raise MeasureError(f"--format {text!r}: {exc}") from None
+        have = DEVICE_FAMILIES[device]
+        if fmt.family not in have:
+            hint = " (use --device cuda for 2:4 through cuSPARSELt)" if fmt.family == "nm" \
+                else ""
+            raise MeasureError(f"--format {fmt.name}: no {device} kernel runs the {fmt.family} "
+                               f"family; {device} has {', '.join(have)}{hint}")
+        if fmt.family == "nm" and (fmt.n, fmt.m) != (2, 4):
+            raise MeasureError(f"--format {fmt.name}: CUDA runs N:M only as 2:4 "
+                               "(cuSPARSELt); use --format 2:4")
+        if fmt.family != "dense" and fmt not in parsed:
+            parsed.append(fmt)
+    return parsed
+
+
+def _inputs(trace, hw, batches, device):
+    import accelerator_models
+    import workloads
+
+    if device not in DEVICE_FAMILIES:
+        raise MeasureError(f"--device {device!r}: use cpu or cuda")
+    try:
+        import torch  # noqa: F401  (the kernels are torch's and scipy's)
+    except ImportError:
+        raise MeasureError("dse measure needs torch; install 'sparsity-dse[export]'") from None
+    if device == "cuda":
+        try:
+            import torch
+            available = torch.cuda.is_available()
+        except ImportError:
+            available = False
+        if not available:
+            raise MeasureError("--device cuda: no CUDA device is visible here; use --device cpu")
+    if isinstance(trace, str):
+        try:
+            trace = workloads.load_trace(trace)
+        except (workloads.TraceError, ValueError) as exc:
+            raise MeasureError(f"--model {trace}: {exc}") from None
+    if isinstance(hw, str | Path):
+        try:
+            hw = accelerator_models.load(str(hw))
+        except accelerator_models.SpecError as exc:
+            raise MeasureError(f"--hw {hw}: {exc}") from None
+    batches = [batches] if isinstance(batches, int) else list(batches)
+    if not batches or any(isinstance(b, bool) or not isinstance(b, int | np.integer) or b < 1
+                          for b in batches):
+        raise MeasureError(f"--batch {batches!r}: give whole batch sizes >= 1")
+    return trace, hw, sorted(set(int(b) for b in batches))
+
+
+def _numerics(device: str, hw):
+    # CPU kernels run fp32: dse prices them with the tf32 slot (4-byte values), which
+    # `dse hw probe` fills with the fp32 BLAS rate, and fp32 vector and CSR rates.
+    numerics = (Numerics(dtype="tf32", vector_dtype="fp32", csr_dtype="fp32")
+                if device == "cpu" else Numerics(dtype="fp16", vector_dtype="fp16",
+                                                 csr_dtype="fp32"))
+    for table, dtype in (("tensor_flops_per_s", numerics.dtype),
+                         ("vector_flops_per_s", numerics.vector_dtype)):
+        if dtype not in getattr(hw, table):
+            raise MeasureError(f"--hw {hw.name}: has no {table}.{dtype}, which {device} "
+                               f"kernels are priced at; probe this machine with `dse hw probe` "
+                               f"or --set {table}.{dtype}=VALUE")
+    return numerics
+
+
+# --- result -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """The dataset and what the command prints."""
+
+    frame: pd.DataFrame  #: one row per kernel measurement (:data:`dse.measure.dataset.SCHEMA`)
+    budget_s: float
+    spent_s: float
+    trace_configs: int
+    sampled_configs: int
+    provenance: dict = field(default_factory=dict)
+
+    def summary(self) -> pd.DataFrame:
+        """Per family and implementation: timed rows, median / p10 / p90 fraction of the speed
+        of light, rows taken while the machine was not idle."""
+        return family_summary(self.frame)
+
+    def worst(self, per_family: int = 3) -> pd.DataFrame:
+        """The trace shapes with the lowest fraction of the speed of light, per family (the
+        best implementation of each shape)."""
+        return worst_shapes(self.frame, per_family)
+
+    def summary_text(self) -> str:
+        """The summary ``dse measure`` prints."""
+        f = self.frame
+        ok = f[f["error"] == ""]
+        lines = [
+            f"measured {len(f)} kernel rows ({len(ok)} timed, {len(f) - len(ok)} not run) on "
+            f"{f['device_name'].iloc[0] if len(f) else '?'}: {self.trace_configs} trace "
+            f"configurations, {self.sampled_configs} sampled; {self.spent_s:.0f} s of a "
+            f"{self.budget_s:.0f} s budget",
+        ]
+        not_idle = int((ok["idle"] == False).sum())  # noqa: E712 (nullable boolean)
+        if not_idle:
+            lines.append(f"NOT IDLE: {not_idle} rows were timed while other processes kept "
+                         "cores busy (column idle); rerun on an idle machine to trust them")
+        lines.append("fraction of the speed of light (sol_s / median_s; 1 = on the roofline),"
+                     f" hw {f['hw'].iloc[0] if len(f) else '?'}:")
+        summary = self.summary()
+        lines.append(f"  {'family':<13}{'implementation':<16}{'rows':>6}{'median':>9}"
+                     f"{'p10':>9}{'p90':>9}")
+        for r in summary.itertuples(index=False):
+            lines.append(f"  {r.family:<13}{r.implementation:<16}{r.rows:>6}"
+                         f"{r.median:>9.3f}{r.p10:>9.3f}{r.p90:>9.3f}")
+        worst = self.worst()
+        if len(worst):
+            lines.append("worst trace shapes (best implementation of each):")
+            for r in worst.itertuples(index=False):
+                lines.append(f"  {r.family:<13}{r.format:<18} M={r.m} K={r.k} N={r.n} "
+                             f"g={r.groups} b={r.batch}: {r.sol_fraction:.3f} "
+                             f"({r.implementation}, {r.op})")
+        return "\n".join(lines)
+
+
+def family_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    ok = frame[(frame["error"] == "") & frame["sol_fraction"].notna()]
+    rows = []
+    for (family, impl), g in ok.groupby(["family", "implementation"], sort=True):
+        q = g["sol_fraction"].quantile([0.1, 0.5, 0.9])
+        rows.append({"family": family, "implementation": impl, "rows": len(g),
+                     "median": q[0.5], "p10": q[0.1], "p90": q[0.9],
+                     "not_idle": int((g["idle"] == False).sum())})  # noqa: E712
+    return pd.DataFrame(rows, columns=["family", "implementation", "rows", "median", "p10",
+                                       "p90", "not_idle"])
+
+
+def worst_shapes(frame: pd.DataFrame, per_family: int = 3) -> pd.DataFrame:
+    ok = frame[(frame["error"] == "") & frame["sol_fraction"].notna()
+               & (frame["source"] == "trace") & (frame["family"] != "vector")]
+    if ok.empty:
+        return ok
+    keys = ["family", "format", "m", "k", "n", "groups", "batch"]
+    best = ok.loc[ok.groupby(keys)["sol_fraction"].idxmax()]
+    return (best.sort_values("sol_fraction").groupby("family", sort=True)
+            .head(per_family).sort_values(["family", "sol_fraction"]).reset_index(drop=True))
+
+
+# --- the trace's shapes -----------------------------------------------------------------------
+
+
+def _conv_geometries(trace) -> dict:
+    """Real geometry of the trace's convolutions from the timm model of the same name, built
+    on the meta device (no weights); {} when timm or the model is missing."""
+    from .kernels_cpu import ConvGeometry
+
+    try:
+        import timm
+        import torch
+        with torch.device("meta"):
+            model = timm.create_model(trace.model, pretrained=False)
+    except Exception:  # no timm, an unknown or custom model: time the GEMMs only
+        return {}
+    geometries = {}
+    for op in trace.ops[trace.ops["kind"] == "conv"].itertuples(index=False):
+        try:
+            module = model.get_submodule(op.name)
+        except AttributeError:
+            continue
+        if not isinstance(module, torch.nn.Conv2d):
+            continue
+        spatial = op.input_elems // module.in_channels
+        side = math.isqrt(spatial)
+        if side * side != spatial or isinstance(module.padding, str):
+            continue
+        geometries[op.name] = ConvGeometry(
+            module.in_channels, module.out_channels, tuple(module.kernel_size),
+            tuple(module.stride), tuple(module.padding), module.groups, side, side)
+    return geometries
+
+
+def _distinct_shapes(trace) -> pd.DataFrame:
+    ops = trace.ops[trace.ops["prunable"]]
+    keys = ["kind", "m", "k", "n", "groups", "input_elems", "output_elems"]
+    first = ops.groupby(keys, sort=False).agg(op=("name", "first"), count=("name", "size"))
+    return first.reset_index()
+
+
+def _distinct_vector_ops(trace) -> pd.DataFrame:
+    from .kernels_cpu import activation
+
+    ops = trace.ops[~trace.ops["kind"].isin(["conv", "linear", "matmul", "other"])].copy()
+    ops["act"] = [(activation(n)[1] if k == "activation" else "")
+                  for n, k in zip(ops["name"], ops["kind"], strict=True)]
+    keys = ["kind", "act", "input_elems", "output_elems", "weight_elems"]
+    return ops.groupby(keys, sort=False).agg(op=("name", "first"),
+                                             count=("name", "size")).reset_index()
+
+
+# --- rows -------------------------------------------------------------------------------------
+
+
+def _timing_row(t: Timing) -> dict:
+    return {"threads": t.threads, "warmup": t.warmup, "repeats": t.repeats, "stable": t.stable,
+            "min_s": t.min_s, "median_s": t.median_s, "p90_s": t.p90_s, "spread": t.spread,
+            "idle": t.idle if t.other_cores is not None else pd.NA,
+            "other_cores": t.other_cores if t.other_cores is not None else np.nan}
+
+
+def _blank_row(run: dict) -> dict:
+    row = {c: (np.nan if SCHEMA[c][0] == "float64" else 0 if SCHEMA[c][0] == "int64"
+               else pd.NA if SCHEMA[c][0] == "boolean" else "") for c in SCHEMA}
+    row.update(run)
+    return row
+
+
+class _Flush:
+    """Read a buffer of twice the last-level cache: the next call starts cold."""
+
+    def __init__(self, device: str):
+        self.device = device
+        if device == "cuda":
+            import torch
+
+            props = torch.cuda.get_device_properties(0)
+            l2 = int(getattr(props, "L2_cache_size", 50 * 2**20) or 50 * 2**20)
+            self.buf = torch.empty(max(256 * 2**20, 4 * l2) // 2, dtype=torch.float16,
+                                   device="cuda")
+        else:
+            llc = max(host.cache_sizes().values(), default=32 * 2**20)
+            self.buf = np.ones(2 * llc // 8)
+
+    def __call__(self) -> None:
+        self.buf.sum()
+
+
+@dataclass
+class _Run:
+    """State shared by the measuring helpers of one run."""
+
+    device: str
+    hw: object
+    numerics: object
+    method: TimingMethod
+    flush: _Flush
+    base: dict
+    kernels: dict
+    rows: list = field(default_factory=list)
+
+    def time_gemm(self, case, source: dict, sol: Callable[[object], tuple] | None) -> int:
+        """Measure every implementation of the case's family; append one row each."""
+        from . import kernels_cpu
+
+        if self.device == "cuda":
+            from . import kernels_cuda
+            built = kernels_cuda.build_gemm(case)
+            measure_one = kernels_cuda.event_clock
+        else:
+            built = kernels_cpu.build_gemm(case, self.kernels[case.fmt.family])
+            measure_one = None
+        for impl, kernel in built.items():
+            row = _blank_row(self.base)
+            row.update(source)
+            row.update({"family": case.fmt.family, "implementation": impl,
+                        "format": case.fmt.name, "sparsity": float(case.fmt.sparsity),
+                        "block": _block_of(case.fmt), "m": case.m, "k": case.k,
+                        "n": case.n, "groups": case.groups, "batch": case.batch,
+                        "cache": "cold"})
+            if isinstance(kernel, Exception):
+                row.update({"error": f"{type(kernel).__name__}: "
+                                     f"{str(kernel).splitlines()[0] if str(kernel) else ''}"[:300],
+                            "dtype": "fp32" if self.device == "cpu" else "fp16"})
+                self.rows.append(row)
+                continue
+            timing = time_kernel(kernel.fn, self.method, threads=kernel.threads,
+                                 before=self.flush, measure_one=measure_one)
+            row.update(_timing_row(timing))
+            row.update({"kernel": kernel.kernel, "nnz": kernel.nnz, "dtype": kernel.dtype,
+                        "index_dtype": kernel.index_dtype, "rel_err": kernel.rel_err,
+                        "note": "; ".join(p for p in (source.get("note", ""), kernel.note)
+                                          if p)})
+            if sol is not None:
+                time_s, bound, flops, dram = sol(case)
+                row.update({"hw": self.hw.name, "sol_s": time_s, "sol_bound": bound,
+                            "flops": flops, "bytes": dram,
+                            "sol_fraction": time_s / timing.median_s})
+            self.rows.append(row)
+        return len(built)
+
+
+def _block_of(fmt) -> int:
+    if fmt.family == "block":
+        return int(fmt.block)
+    if fmt.family == "nm":
+        return int(fmt.m)
+    return 1 if fmt.family == "unstructured" else 0
+
+
+def _run_base(device: str, trace_name: str) -> tuple[dict, dict]:
+    facts = host.fingerprint(device)
+    date = str(facts["date"])
+    base = {"run_id": f"{facts['device_name']}:{date}:{trace_name}", "date": date,
+            "device": device, "device_name": str(facts["device_name"]),
+            "fingerprint": json.dumps(facts, sort_keys=True, default=str)}
+    return base, facts
+
+
+def measure(
+    trace,
+    hw,
+    formats: Sequence[str],
+    batches: int | Sequence[int] = 1,
+    device: str = "cpu",
+    budget_s: float = 300.0,
+    progress: Callable[[int, int], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    method: TimingMethod = DEFAULT_METHOD,
+    threads: int | None = None,
+    vector_ops: bool = True,
+    whole_models: bool = True,
+    wait_idle_s: float = 0.0,
+    seed: int = 0,
+) -> MeasureResult:
+    """Measure real kernels for ``trace`` (a Trace or shipped name) on ``device`` and price them
+    on ``hw`` (an Accelerator, a catalog name or a spec path, e.g. the ``dse hw probe`` file).
+
+    ``formats``: format strings (``block4@87.5%``, ``unstructured@90%``, ``2:4`` on CUDA);
+    dense is always measured. ``budget_s``: seconds for the whole run (see the module
+    docstring). ``threads``: torch and numba threads, default all usable cores (recorded per
+    row). ``whole_models``: on CUDA, also time the whole timm model eager and as a CUDA graph.
+    ``wait_idle_s``: first wait up to that long for other processes to leave the cores alone
+    (counted in the budget). Raises :class:`MeasureError` for input it cannot use.
+    """
+    budget = Budget(budget_s, clock, MeasureError)  # refuses budget <= 0 first: it costs nothing
+    trace, hw, batch_list = _inputs(trace, hw, batches, device)
+    fmts = _formats(formats, device)
+    numerics = _numerics(device, hw)
+    if device == "cuda":
+        from . import kernels_cuda
+        kernels = kernels_cuda.CUDA_KERNELS
+    else:
+        from . import kernels_cpu
+        kernels = kernels_cpu.CPU_KERNELS
+    import torch
+
+    import formats as formats_pkg
+
+    if wait_idle_s > 0:
+        host.wait_idle(wait_idle_s)
+    threads = threads or host.core_count()
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        base, facts = _run_base(device, trace.model)
+        run = _Run(device, hw, numerics, method, _Flush(device), base, kernels)
+        dense = formats_pkg.parse("dense")
+        all_fmts = [dense, *fmts]
+        shapes = _distinct_shapes(trace)
+        geometries = _conv_geometries(trace) if device == "cpu" else {}
+        vec = _distinct_vector_ops(trace) if vector_ops else pd.DataFrame()
+        total = len(batch_list) * (len(shapes) * len(all_fmts) + len(vec))
+        done = 0
+        trace_started = clock()
+        for batch in batch_list:
+            layers = evaluate_layers(trace, hw, all_fmts, batches=batch, fusion="unfused",
+                                         scope="all", numerics=numerics)
+            sols = {f.name: sol_from_layers(layers[layers["format"] == f.name])
+                    for f in all_fmts}
+            for shape in shapes.itertuples(index=False):
+                geo = geometries.get(shape.op)
+                for fmt in all_fmts:
+                    source = {"source": "trace", "model": trace.model, "op": shape.op,
+                              "kind": shape.kind, "why": "a prunable shape of the trace",
+                              "note": (f"{shape.count} ops share this shape"
+                                       if shape.count > 1 else "")}
+                    case = _trace_case(shape, fmt, batch, geo, seed)
+                    if fmt.family != "dense" and not bool(fmt.applies_to(shape.m, shape.k)):
+                        row = _blank_row(base)
+                        row.update(source)
+                        row.update({"family": fmt.family, "implementation": "-",
+                                    "format": fmt.name, "sparsity": float(fmt.sparsity),
+                                    "block": _block_of(fmt), "m": shape.m, "k": shape.k,
+                                    "n": shape.n * batch, "groups": shape.groups,
+                                    "batch": batch, "error": f"shape fallback: M={shape.m}, "
+                                    f"K={shape.k} cannot take {fmt.name}; the layer stays "
+                                    "dense (see the dense rows)"})
+                        run.rows.append(row)
+                    else:
+                        op_sol = sols[fmt.name][shape.op]
+                        run.time_gemm(case, source, lambda _c, s=op_sol: s)
+                    done += 1
+                    if progress is not None:
+                        progress(done, total)
+            for op in vec.itertuples(index=False):
+                _time_vector(run, op, batch, sols["dense"].get(op.op), trace)
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+            if device == "cuda" and whole_models:
+                _time_whole_model(run, trace, batch, numerics)
+        trace_configs = done
+        per_config = (clock() - trace_started) / max(1, done)
+        sampled = _sample(run, fmts, budget, per_config, seed, progress, done)
+    finally:
+        torch.set_num_threads(old_threads)
+    frame = validate(pd.DataFrame(run.rows), "measured rows")
+    spent = budget.spent()
+    prov = {"facts": facts, "timing_method": method.as_dict(), "budget_s": budget.total_s,
+            "spent_s": spent, "hw": hw.name, "numerics": {
+                "dtype": numerics.dtype, "vector_dtype": numerics.vector_dtype,
+                "csr_dtype": numerics.csr_dtype, "index_width_bytes":
+                numerics.index_width_bytes},
+            "formats": [f.name for f in fmts], "batches": batch_list, "trace": trace.model,
+            "threads": threads}
+    return MeasureResult(frame, budget.total_s, spent, trace_configs, sampled, prov)
+
+
+def _trace_case(shape, fmt, batch: int, geo, seed: int):
+    from .kernels_cpu import GemmCase
+
+    return GemmCase(int(shape.m), int(shape.k), int(shape.n) * batch, int(shape.groups), fmt,
+                    batch, geo, seed)
+
+
+def _time_vector(run: _Run, op, batch: int, sol, trace) -> None:
+    from .kernels_cpu import VectorCase, build_vector
+
+    row = _blank_row(run.base)
+    row.update({"source": "trace", "model": trace.model, "op": op.op, "kind": op.kind,
+                "why": "a vector op of the trace", "family": "vector",
+                "implementation": "torch_vector" if run.device == "cpu" else "torch_cuda_vector",
+                "format": "dense", "n": int(op.output_elems) * batch, "groups": 1,
+                "batch": batch,
+                "dtype": "fp32" if run.device == "cpu" else "fp16", "cache": "cold",
+                "note": f"{op.count} ops share this shape" if op.count > 1 else ""})
+    case = VectorCase(op.kind, op.op, int(op.input_elems) * batch,
+                      int(op.output_elems) * batch, int(op.weight_elems), batch)
+    if run.device == "cuda":
+        from . import kernels_cuda
+        kernel = kernels_cuda.build_vector(case)
+        measure_one = kernels_cuda.event_clock
+    else:
+        kernel = build_vector(case)
+        measure_one = None
+    if kernel is None:
+        row["error"] = f"no kernel for a {op.kind} op of these sizes"
+        run.rows.append(row)
+        return
+    timing = time_kernel(kernel.fn, run.method, threads=kernel.threads, before=run.flush,
+                         measure_one=measure_one)
+    row.update(_timing_row(timing))
+    row["kernel"] = kernel.kernel
+    row["note"] = "; ".join(p for p in (row["note"], kernel.note) if p)
+    if sol is not None:
+        time_s, bound, _flops, dram = sol
+        vflops = float(trace.ops.loc[trace.ops["name"] == op.op, "vector_flops"].iloc[0]) * batch
+        row.update({"hw": run.hw.name, "sol_s": time_s, "sol_bound": bound, "flops": vflops,
+                    "bytes": dram, "sol_fraction": time_s / timing.median_s})
+    run.rows.append(row)
+
+
+def _time_whole_model(run: _Run, trace, batch: int, numerics) -> None:
+    """Whole-model rows (CUDA): eager and CUDA-graph forward passes against dse's unfused
+    speed of light of the whole trace (scope all)."""
+
+    from . import kernels_cuda
+
+    sol = evaluate(trace, run.hw, "dense", batches=batch, fusion="unfused", scope="all",
+                       numerics=numerics)
+    sol = sol[sol["format"] == "dense"].iloc[0]
+    try:
+        stats = kernels_cuda.time_model(trace.model, batch)
+        error = ""
+    except Exception as exc:  # no timm, an unknown model, out of memory
+        stats, error = {"eager": {}, "cudagraph": {}}, f"{type(exc).__name__}: {exc}"[:300]
+    for impl, s in stats.items():
+        row = _blank_row(run.base)
+        row.update({"source": "trace", "model": trace.model, "op": "(whole model)",
+                    "kind": "model", "why": "the whole model of the trace", "family": "model",
+                    "implementation": f"torch_{impl}", "format": "dense", "batch": batch,
+                    "groups": 1,
+                    "dtype": "fp16", "cache": "warm", "error": error, "hw": run.hw.name,
+                    "sol_s": float(sol["latency_s"]), "sol_bound": str(sol["bound"]),
+                    "flops": float(sol["flops"]), "bytes": float(sol["dram_bytes"])})
+        if s:
+            row.update({"min_s": s["min_s"], "median_s": s["median_s"], "p90_s": s["p90_s"],
+                        "repeats": int(s["repeats"]), "warmup": 3, "threads": 1,
+                        "spread": (s["p90_s"] - s["min_s"]) / s["median_s"],
+                        "sol_fraction": float(sol["latency_s"]) / s["median_s"]})
+        run.rows.append(row)
+
+
+def _sample(run: _Run, fmts, budget: Budget, per_config: float, seed: int,
+            progress, done: int) -> int:
+    """Adaptive sampling until the budget is spent; returns the configurations measured."""
+    from .kernels_cpu import GemmCase
+    from .sampling import AdaptiveSampler
+
+    families = ["dense", *sorted({f.family for f in fmts})]
+    sampler = AdaptiveSampler(families, seed=seed, device=run.device)
+    costs: list[float] = []
+    count = 0
+    pending = []
+    while True:
+        estimate = max(costs[-3:]) if costs else per_config
+        if not budget.affords(estimate):
+            break
+        if not pending:
+            measured = pd.DataFrame(run.rows)
+            pending = sampler.next_configs(measured, count=4)
+            if not pending:
+                break
+        config = pending.pop(0)
+        started = budget.clock()
+        case = GemmCase(config.m, config.k, config.n, config.groups, config.format(), 1, None,
+                        seed + 1000 + count)
+        before = len(run.rows)
+        run.time_gemm(case, {"source": "sample", "kind": "linear" if config.groups == 1
+                             else "conv", "why": config.why}, None)
+        new = pd.DataFrame(run.rows[before:])
+        ok = new["error"] == ""
+        if ok.any():
+            priced = sol_columns(new[ok], run.hw, run.numerics.dtype, run.numerics.vector_dtype,
+                                 run.numerics.csr_dtype)
+            for offset, (_, row) in zip(np.flatnonzero(ok.to_numpy()), priced.iterrows(),
+                                        strict=True):
+                run.rows[before + int(offset)] = row.to_dict()
+        costs.append(budget.clock() - started)
+        count += 1
+        if progress is not None:
+            progress(done + count, done + count + len(pending))
+    return count
+
+
+def write_dataset(result: MeasureResult, path: str | Path, command: str) -> Path:
+    """Write the dataset (Parquet, or CSV by suffix) atomically, with ``<path>.json`` beside
+    it holding the command, date, machine and method."""
+    out = check_output_path(Path(path), (".parquet", ".csv"))
+    frame = validate(result.frame, str(out))
+    prov = dict(result.provenance)
+    prov.update({"command": command, "rows": len(frame), "schema": "dse-measurements/1",
+                 "trace_configs": result.trace_configs,
+                 "sampled_configs": result.sampled_configs})
+    write_table(frame, out)
+    text = json.dumps(prov, indent=1, default=str) + "\n"
+    write_atomic(out.with_suffix(".json"), lambda handle: handle.write(text.encode()))
+    return out
+

@@ -1,0 +1,116 @@
+"""`dse hw probe` as library code: the spec TOML round-trips through the strict loader, dse
+evaluates with it, provenance is kept and moves nothing, and bad input is refused. Timing values
+are never asserted: the probe result here is built by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+import accelerator_models
+import dse
+from dse.measure import host
+from dse.measure.probe import Figure, ProbeError, ProbeResult, probe, probe_spec_toml
+
+
+def _figure(value, unit="FLOP/s"):
+    return Figure(value, unit, "hand-made for a test", 5, 0.95 * value, 1.05 * value)
+
+
+def _result() -> ProbeResult:
+    figures = {"dram_triad": _figure(20e9, "B/s"), "gemm_fp32": _figure(100e9),
+               "gemm_bf16": _figure(300e9), "vector_fma_fp32": _figure(140e9),
+               "gemm_fp64": _figure(45e9), "launch_overhead": _figure(2e-6, "s")}
+    sources = {"dram_bandwidth_bytes_per_s": "dram_triad", "tensor_flops_per_s.tf32": "gemm_fp32",
+               "tensor_flops_per_s.bf16": "gemm_bf16", "vector_flops_per_s.fp32": "vector_fma_fp32",
+               "kernel_launch_overhead_s": "launch_overhead"}
+    fields = {path: figures[name].value for path, name in sources.items()}
+    fields.update({"block_sparse.supported": True, "block_sparse.min_block_size": 1,
+                   "sm_count": 2, "shared_memory_per_sm_bytes": 1048576.0,
+                   "l2_bytes": 33554432.0})
+    facts = {"date": "2026-11-22T17:00:00+00:00", "device": "cpu", "cpu_model": "Test CPU",
+             "device_name": "Test CPU", "caches_bytes": {"l1d": 49152, "l2": 1048576},
+             "torch": "2.14.1", "idle": True, "other_cores": 0.01}
+    return ProbeResult("cpu", fields, figures, facts, ("a note with \"quotes\"",),
+                       sources=sources, elapsed_s=12.3)
+
+
+def test_probe_toml_round_trips_through_the_strict_loader(tmp_path):
+    path = tmp_path / "host.toml"
+    path.write_text(probe_spec_toml(_result(), command="dse hw probe --out host.toml"))
+    acc = accelerator_models.load(str(path))
+    assert acc.name == "host"
+    assert acc.dram_bandwidth_bytes_per_s == 20e9
+    assert acc.tensor_flops_per_s == {"tf32": 100e9, "bf16": 300e9}
+    assert acc.vector_flops_per_s == {"fp32": 140e9}
+    assert acc.sm_count == 2 and acc.l2_bytes == 33554432.0
+    assert acc.kernel_launch_overhead_s == 2e-6
+    assert acc.sparse_tensor is None and acc.supports_block(1)
+    prov = acc.provenance
+    assert prov["command"] == "dse hw probe --out host.toml"
+    assert prov["figures"]["dram_triad"]["repeats"] == 5
+    assert prov["figures"]["dram_triad"]["spread"] == pytest.approx(0.1, abs=1e-3)
+    assert prov["fields"]["tensor_flops_per_s.tf32"] == "gemm_fp32"
+    assert prov["machine"]["caches_bytes"]["l2"] == 1048576
+
+
+def test_dse_evaluates_with_the_probed_spec(tmp_path):
+    path = tmp_path / "host.toml"
+    path.write_text(probe_spec_toml(_result()))
+    cpu = dse.Numerics(dtype="tf32", vector_dtype="fp32", csr_dtype="fp32")
+    table = dse.evaluate("toy_hybrid", str(path), ["block4@87.5%", "unstructured@90%"],
+                         batches=[1, 8], numerics=cpu)
+    assert (table["latency_s"] > 0).all()
+    # fp16 is not written when the CPU lacks it: the default dtype is refused in one line
+    with pytest.raises(accelerator_models.SpecError, match="tensor_flops_per_s.fp16"):
+        dse.evaluate("toy_hybrid", str(path), ["2:4"])
+
+
+def test_provenance_moves_nothing(tmp_path):
+    plain = tmp_path / "plain.toml"
+    text = probe_spec_toml(_result())
+    plain.write_text(text.split("\n[provenance]\n")[0])
+    with_prov = tmp_path / "prov.toml"
+    with_prov.write_text(text)
+    a, b = accelerator_models.load(str(plain)), accelerator_models.load(str(with_prov))
+    assert a.provenance == {} and b.provenance
+    assert a == b  # provenance is not compared
+    t1 = dse.evaluate("toy_hybrid", a, ["block4@87.5%"], numerics=dse.Numerics("tf32", "fp32"))
+    t2 = dse.evaluate("toy_hybrid", b, ["block4@87.5%"], numerics=dse.Numerics("tf32", "fp32"))
+    assert t1["latency_s"].tolist() == t2["latency_s"].tolist()
+
+
+def test_provenance_must_be_a_table(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('extends = "a100"\nprovenance = 3\n')
+    with pytest.raises(accelerator_models.SpecError, match=r"\[provenance\]"):
+        accelerator_models.load(str(path))
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"device": "tpu"}, "--device"),
+    ({"repeats": 1}, "--repeats"),
+    ({"repeats": True}, "--repeats"),
+])
+def test_probe_refuses_bad_input_in_one_line(kwargs, match):
+    with pytest.raises(ProbeError, match=match) as info:
+        probe(**kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_cache_sizes_are_bytes_by_level():
+    sizes = host.cache_sizes()
+    assert set(sizes) <= {"l1d", "l2", "l3", "l4"}
+    assert all(isinstance(v, int) and v > 0 for v in sizes.values())
+
+
+def test_size_parser():
+    assert host._parse_size("48K") == 49152
+    assert host._parse_size("32768K") == 32 * 2**20
+    assert host._parse_size("1M") == 2**20
+    assert host._parse_size("junk") is None
+
+
+def test_fingerprint_names_the_machine_without_importing_torch():
+    facts = host.fingerprint("cpu")
+    assert facts["device"] == "cpu" and facts["cores"] >= 1 and facts["cpu_model"]
+    assert facts["device_name"] == facts["cpu_model"]
