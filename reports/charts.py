@@ -27,10 +27,12 @@ from formats import Block, parse
 from formats.sparsity import percent
 
 __all__ = [
+    "FALLBACK_FIELDS",
     "bound_mix_chart",
     "bound_mix_data",
     "feature_share_chart",
     "feature_share_data",
+    "fallback_text",
     "gantt_chart",
     "gantt_data",
     "hardware_comparison_chart",
@@ -57,6 +59,16 @@ _VERDICTS = ("meets", "too slow", "too inaccurate", "too slow and too inaccurate
 _VERDICT_COLORS = ("#2ca02c", "#ff7f0e", "#9467bd", "#d62728", "#7f7f7f")
 _FACET_WIDTH = 260
 _FACET_HEIGHT = 220
+#: The fallback fields of a ``dse.evaluate`` row: ops that stay dense because their shape cannot
+#: take the format, how the hardware falls back ('' none, 'dense' or 'csr') and for how many ops.
+FALLBACK_FIELDS = ("shape_fallback_ops", "hw_fallback", "hw_fallback_ops")
+_RESOURCE_WORDS = ("datum.value == 'sparse_tensor' ? 'sparse tensor core' : datum.value == "
+                   "'tensor' ? 'tensor core' : datum.value == 'vector' ? 'vector cores' : "
+                   "datum.value == 'dram' ? 'DRAM' : datum.value")
+# Units and resources in words, for legends.
+_UNIT_WORDS = {"tensor": "tensor core", "sparse_tensor": "sparse tensor core",
+               "vector": "vector cores", "dram": "DRAM"}
+_HOLLOW_NOTE = "hollow markers: designs that fall back"
 
 
 # --- shared helpers -----------------------------------------------------------------------------
@@ -151,6 +163,149 @@ def _sorted(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     return frame.sort_values(list(keys), key=key, kind="stable").reset_index(drop=True)
 
 
+# --- fallbacks and titles -----------------------------------------------------------------------
+
+def fallback_text(shape_ops: int, hw_fallback: str, hw_ops: int) -> str:
+    """A design's fallbacks in words: ``''`` when every op runs the format's own kernel, else
+    e.g. ``"53 ops dense (hardware)"`` or ``"3 ops dense (shape), 2 ops CSR (hardware)"``:
+    how many ops, run how, and why (the layer's shape cannot take the format, or the hardware
+    lacks it)."""
+    parts = []
+    if shape_ops and int(shape_ops) > 0:
+        parts.append(f"{int(shape_ops)} ops dense (shape)")
+    if hw_ops and int(hw_ops) > 0 and hw_fallback:
+        kind = "CSR" if str(hw_fallback) == "csr" else "dense"
+        parts.append(f"{int(hw_ops)} ops {kind} (hardware)")
+    return ", ".join(parts)
+
+
+def _fallback_columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """``shape_fallback_ops, hw_fallback, hw_fallback_ops, fallback`` (the text) of rows of
+    ``dse.evaluate``, or ``{}`` when the frame lacks the fields (hand-made frames)."""
+    if not all(c in frame.columns for c in FALLBACK_FIELDS):
+        return {}
+    shape = frame["shape_fallback_ops"].fillna(0).to_numpy(dtype=np.int64)
+    kind = _text(frame["hw_fallback"]).fillna("").to_numpy(dtype=object)
+    hw = frame["hw_fallback_ops"].fillna(0).to_numpy(dtype=np.int64)
+    text = [fallback_text(s, k, h) for s, k, h in zip(shape, kind, hw, strict=True)]
+    return {"shape_fallback_ops": shape, "hw_fallback": kind, "hw_fallback_ops": hw,
+            "fallback": np.array(text, dtype=object)}
+
+
+def _layer_fallbacks(layers: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per ``keys`` group of ``dse.evaluate_layers`` rows, the design's fallback fields from
+    the ops' ``fallback`` labels (``shape``, ``hw:dense``, ``hw:csr``)."""
+    why = _text(layers["fallback"]).fillna("")
+    frame = layers[keys].astype(object).assign(
+        _shape=(why == "shape").to_numpy(), _dense=(why == "hw:dense").to_numpy(),
+        _csr=(why == "hw:csr").to_numpy())
+    out = frame.groupby(keys, sort=False, dropna=False)[["_shape", "_dense", "_csr"]].sum()
+    out = out.reset_index()
+    hw_kind = np.where(out["_csr"] > 0, "csr", np.where(out["_dense"] > 0, "dense", ""))
+    out["shape_fallback_ops"] = out["_shape"].astype(np.int64)
+    out["hw_fallback"] = hw_kind.astype(object)
+    out["hw_fallback_ops"] = (out["_dense"] + out["_csr"]).astype(np.int64)
+    out["fallback"] = [fallback_text(s, k, h) for s, k, h in zip(
+        out["shape_fallback_ops"], out["hw_fallback"], out["hw_fallback_ops"], strict=True)]
+    return out.drop(columns=["_shape", "_dense", "_csr"])
+
+
+def _design_columns(frame: pd.DataFrame, columns: Sequence[str]) -> dict[str, np.ndarray]:
+    """The design columns ``frame`` has among ``columns``, as plain values (labels as text),
+    so a chart can name what is fixed and a CSV says what it shows."""
+    out = {}
+    for column in columns:
+        if column in frame.columns:
+            series = frame[column]
+            out[column] = (series.to_numpy(dtype=np.int64) if column == "batch"
+                           and series.notna().all() else _text(series).to_numpy())
+    return out
+
+
+def _fixed(data: pd.DataFrame, column: str) -> str | None:
+    """The one value of ``column`` as text, or None when absent or not one value."""
+    if column not in data.columns:
+        return None
+    values = pd.unique(data[column].dropna())
+    if len(values) != 1:
+        return None
+    value = values[0]
+    if isinstance(value, float | np.floating) and float(value).is_integer():
+        value = int(value)  # a batch read back from a CSV
+    return str(value)
+
+
+def _context(data: pd.DataFrame, columns: Sequence[str] = ("model", "hardware", "batch",
+                                                           "fusion", "scope")) -> str:
+    """What is fixed across the frame, in words: ``convnext_tiny on a100-40gb, batch 1,
+    unfused, gemm scope``; varying columns are left out (the chart's axes or facets show
+    them), several batches are listed."""
+    model, hw = (_fixed(data, c) if c in columns else None for c in ("model", "hardware"))
+    head = " on ".join(p for p in (model, hw) if p)
+    parts = [head] if head else []
+    if "batch" in columns and "batch" in data.columns:
+        batch = _fixed(data, "batch")
+        if batch is not None:
+            parts.append(f"batch {batch}")
+        elif data["batch"].notna().any():
+            batches = sorted({int(b) for b in data["batch"].dropna()})
+            parts.append("batches " + ", ".join(map(str, batches)))
+    if "fusion" in columns and _fixed(data, "fusion"):
+        parts.append(_fixed(data, "fusion"))
+    if "scope" in columns and _fixed(data, "scope"):
+        parts.append(f"{_fixed(data, 'scope')} scope")
+    return ", ".join(parts)
+
+
+def _hw_falls_back(data: pd.DataFrame) -> pd.Series:
+    """Rows whose hardware cannot run the format (the design runs dense or as CSR)."""
+    if "hw_fallback_ops" not in data.columns:
+        return pd.Series(False, index=data.index)
+    return data["hw_fallback_ops"].fillna(0).astype(np.int64) > 0
+
+
+def _listed(items: list[str], shown: int = 6) -> str:
+    more = f" and {len(items) - shown} more (see the data)" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
+def _fallback_note(data: pd.DataFrame, who: Sequence[str] = ("model", "format")) -> list[str]:
+    """Subtitle lines naming the designs that fall back: hollow markers for the hardware's
+    fallbacks (with the op count and the kernel), and the layers whose shape keeps them
+    dense; none when nothing falls back (or the frame has no fallback fields)."""
+    if not all(c in data.columns for c in FALLBACK_FIELDS):
+        return []
+    keys = [c for c in who if c in data.columns and data[c].nunique() > 1 or c == "format"]
+    designs = data.drop_duplicates([*keys, *FALLBACK_FIELDS])
+    lines = []
+    hw = designs[_hw_falls_back(designs)]
+    if len(hw):
+        items = [" ".join(str(getattr(r, k)) for k in keys)
+                 + f" ({int(r.hw_fallback_ops)} ops {'CSR' if r.hw_fallback == 'csr' else 'dense'})"
+                 for r in hw.itertuples(index=False)]
+        lines.append("hollow markers: the hardware lacks the format and runs it dense or as "
+                     "CSR: " + _listed(list(dict.fromkeys(items))))
+    shape = designs[designs["shape_fallback_ops"].fillna(0) > 0]
+    if len(shape):
+        groups = {}
+        for r in shape.itertuples(index=False):
+            groups.setdefault(int(r.shape_fallback_ops), []).append(
+                " ".join(str(getattr(r, k)) for k in keys))
+        items = [f"{n} ops of {', '.join(dict.fromkeys(names))}" for n, names in groups.items()]
+        lines.append("layers whose shape cannot take the format stay dense: "
+                     + _listed(items, 3))
+    return lines
+
+
+def _title(text: str, *subtitle: str | list[str]) -> alt.TitleParams:
+    lines = []
+    for s in subtitle:
+        lines += [s] if isinstance(s, str) else list(s)
+    lines = [s for s in lines if s]
+    return alt.TitleParams(text=text, subtitle=lines, anchor="start") if lines \
+        else alt.TitleParams(text=text, anchor="start")
+
+
 # --- 1. the Sparsity Roofline: accuracy against speedup -----------------------------------------
 
 def sparsity_roofline_data(frame: pd.DataFrame) -> pd.DataFrame:
@@ -158,32 +313,44 @@ def sparsity_roofline_data(frame: pd.DataFrame) -> pd.DataFrame:
 
     ``frame``: rows of ``dse.evaluate`` (or search results) with ``model, format, sparsity,
     speedup, accuracy`` (join accuracy from an accuracy table first); one hardware, batch,
-    fusion and scope. Rows without an accuracy (NaN) are dropped: they have no place on the
-    accuracy axis. Columns: ``model, format, group`` (pattern family label: ``N:M``,
+    fusion and scope (concatenate the frames of several batches to chart them: the chart
+    draws a row per batch). Rows without an accuracy (NaN) are dropped: they have no place
+    on the accuracy axis. Columns: ``model, format, group`` (pattern family label: ``N:M``,
     ``block<b>``, ``unstructured``, ``dense``), ``sparsity`` (0..1), ``sparsity_label``
-    (``"87.5%"``), ``speedup`` (x dense), ``accuracy`` (percent). Sorted by model, group and
-    sparsity, which is the order the chart's lines join the points in.
+    (``"87.5%"``), ``speedup`` (x dense), ``accuracy`` (percent), ``label`` (the point's
+    label: the sparsity, ``"75% (runs dense)"`` where the hardware falls back, '' for dense);
+    then, when ``frame`` has them, the fallback fields ``shape_fallback_ops, hw_fallback,
+    hw_fallback_ops, fallback`` (the text, '' for none) and the design columns ``hardware,
+    batch, fusion, scope``. Sorted by model, group and sparsity, the order the chart's lines
+    join the points in.
     """
     builder = "sparsity_roofline_data"
     _require(frame, ("model", "format", "sparsity", "speedup", "accuracy"), builder)
     _one_value(frame, ("hardware", "batch", "fusion", "scope", "hw_point"), builder)
     out = pd.DataFrame({
-        "model": _text(frame["model"]),
-        "format": _text(frame["format"]),
+        "model": _text(frame["model"]).to_numpy(),
+        "format": _text(frame["format"]).to_numpy(),
         "sparsity": frame["sparsity"].to_numpy(dtype=np.float64),
         "speedup": frame["speedup"].to_numpy(dtype=np.float64),
         "accuracy": frame["accuracy"].to_numpy(dtype=np.float64),
+        **_fallback_columns(frame),
+        **_design_columns(frame, ("hardware", "batch", "fusion", "scope")),
     })
     out = out[out["accuracy"].notna()]
     out = out.drop_duplicates(["model", "format"])
     out.insert(2, "group", _groups(out["format"]))
     out.insert(4, "sparsity_label", out["sparsity"].map(percent))
+    runs = np.where(out["hw_fallback"] == "csr", " (runs as CSR)", " (runs dense)") \
+        if "hw_fallback" in out else ""
+    label = np.where(_hw_falls_back(out), out["sparsity_label"] + runs, out["sparsity_label"])
+    out.insert(7, "label", np.where(out["group"] == "dense", "", label).astype(object))
     return _sorted(out, ["model", "group", "sparsity", "format"])
 
 
 def sparsity_roofline_chart(data: pd.DataFrame) -> alt.FacetChart:
-    """Accuracy (y) against speedup (x), one column per model; one colour, shape and line per
-    pattern group, each point labelled with its sparsity."""
+    """Accuracy (y) against speedup (x), a column per model (a row per batch when the frame
+    holds several); one colour, shape and line per pattern group, each point labelled with its
+    sparsity. Designs that fall back are hollow, and named in the subtitle."""
     groups = _group_order(data["group"])
     color = alt.Color("group:N", title="pattern", sort=groups,
                       scale=alt.Scale(domain=groups))
@@ -191,17 +358,31 @@ def sparsity_roofline_chart(data: pd.DataFrame) -> alt.FacetChart:
     y = alt.Y("accuracy:Q", title="accuracy (%)", scale=alt.Scale(zero=False))
     tooltip = ["model:N", "format:N", "sparsity_label:N",
                alt.Tooltip("speedup:Q", format=".3f"), alt.Tooltip("accuracy:Q", format=".2f")]
+    if "fallback" in data.columns:
+        tooltip.append(alt.Tooltip("fallback:N", title="fallbacks"))
+    shape = alt.Shape("group:N", sort=groups, scale=alt.Scale(domain=groups), title="pattern")
+    own = ~(alt.expr.isValid(alt.datum.hw_fallback_ops) & (alt.datum.hw_fallback_ops > 0))
     base = alt.Chart().encode(x=x, y=y, color=color)
     line = base.mark_line(opacity=0.6).encode(order="sparsity:Q", detail="group:N")
-    points = base.mark_point(filled=True, size=60).encode(
-        shape=alt.Shape("group:N", sort=groups, scale=alt.Scale(domain=groups),
-                        title="pattern"), tooltip=tooltip)
-    labels = base.mark_text(align="left", dx=6, dy=-6, fontSize=9).encode(
-        text="sparsity_label:N")
-    layered = alt.layer(line, points, labels, data=_inline(data)).properties(
-        width=_FACET_WIDTH, height=_FACET_HEIGHT)
-    return layered.facet(column=alt.Column("model:N", title=None)).properties(
-        title="Sparsity Roofline: accuracy against speed-of-light speedup")
+    points = base.transform_filter(own).mark_point(filled=True, size=60).encode(
+        shape=shape, tooltip=tooltip)
+    hollow = base.transform_filter(~own).mark_point(filled=False, size=110,
+                                                    strokeWidth=2).encode(
+        shape=shape, tooltip=tooltip)
+    # Labels alternate above and below the point along each line, so neighbours of one
+    # pattern (2:8 and 1:4 at 75%) do not print over each other.
+    above = base.transform_window(rank="row_number()", groupby=["model", "group"],
+                                  sort=[alt.SortField("sparsity")])
+    labels_up = above.transform_filter("datum.rank % 2 == 1").mark_text(
+        align="left", dx=7, dy=-8, fontSize=9).encode(text="label:N")
+    labels_down = above.transform_filter("datum.rank % 2 == 0").mark_text(
+        align="left", dx=7, dy=10, fontSize=9).encode(text="label:N")
+    layered = alt.layer(line, points, hollow, labels_up, labels_down,
+                        data=_inline(data)).properties(width=_FACET_WIDTH,
+                                                       height=_FACET_HEIGHT)
+    return _facet_by_model(layered, data).properties(title=_title(
+        "Sparsity Roofline: accuracy against speed-of-light speedup",
+        _context(data, ("hardware", "batch", "fusion", "scope")), _fallback_note(data)))
 
 
 # --- 2. the classic roofline with per-op points -------------------------------------------------
@@ -228,6 +409,14 @@ def roofline_data(layers: pd.DataFrame, accelerator, numerics: Numerics = DEFAUL
       tensor core when its ``nonzero_rate`` is not 1 (else it is the tensor roof), the vector
       cores at ``vector_dtype``, and at ``csr_dtype`` when that differs.
     - knee rows: one a roof, ``intensity = peak / bandwidth``, ``flops_per_s = peak``.
+
+    More columns: ``hardware`` (the accelerator's name), ``batch, fusion, scope`` (from
+    ``layers``; null on roof and knee rows unless one value, and roof and knee rows repeat
+    per batch when ``layers`` holds several), ``fallback`` (the op's, as ``evaluate_layers``
+    gives it: '', ``shape``, ``hw:dense``, ``hw:csr``), ``unit_label`` (the unit in words),
+    ``roof_label`` (the roof in words, for the legend) and ``used``: on roof and knee rows,
+    whether an op runs on that roof (the vector CSR roof carries CSR work: unstructured
+    formats and ``hw:csr`` fallbacks); the chart draws only those.
     """
     builder = "roofline_data"
     _require(layers, ("op", "format", "unit", "flops", "dram_bytes", "time_s"), builder)
@@ -237,18 +426,29 @@ def roofline_data(layers: pd.DataFrame, accelerator, numerics: Numerics = DEFAUL
     acc = accelerator_models.load(accelerator) if isinstance(accelerator, str) else accelerator
     p = peaks(acc, numerics)
     bandwidth = float(p.dram_bytes_per_s)
-    roofs = {f"tensor {numerics.dtype}": float(p.tensor)}
+    tensor, vector = f"tensor {numerics.dtype}", f"vector {numerics.vector_dtype}"
+    sparse, csr = tensor, vector  # the roofs they share unless their peaks differ
+    roofs = {tensor: float(p.tensor)}
+    words = {tensor: f"tensor core {numerics.dtype}"}
     if p.sparse_tensor != p.tensor:
-        roofs[f"sparse tensor {numerics.dtype} (x{acc.nonzero_rate:g})"] = float(p.sparse_tensor)
-    roofs[f"vector {numerics.vector_dtype}"] = float(p.vector)
+        sparse = f"sparse tensor {numerics.dtype} (x{acc.nonzero_rate:g})"
+        roofs[sparse] = float(p.sparse_tensor)
+        words[sparse] = (f"sparse tensor core {numerics.dtype} (x{acc.nonzero_rate:g} "
+                         "per nonzero FLOP)")
+    roofs[vector] = float(p.vector)
+    words[vector] = f"vector cores {numerics.vector_dtype}"
     if numerics.csr_dtype != numerics.vector_dtype:
-        roofs[f"vector {numerics.csr_dtype} (CSR)"] = float(p.csr)
+        csr = f"vector {numerics.csr_dtype} (CSR)"
+        roofs[csr] = float(p.csr)
+        words[csr] = f"vector cores {numerics.csr_dtype} (CSR)"
 
     flops = layers["flops"].to_numpy(dtype=np.float64)
     nbytes = layers["dram_bytes"].to_numpy(dtype=np.float64)
     time = layers["time_s"].to_numpy(dtype=np.float64)
     keep = (flops > 0) & (nbytes > 0) & (time > 0)
     kept = layers[keep]
+    fallback = _text(kept["fallback"]).fillna("") if "fallback" in kept \
+        else pd.Series("", index=kept.index, dtype=object)
     points = pd.DataFrame({
         "series": "op",
         "roof": None,
@@ -259,7 +459,27 @@ def roofline_data(layers: pd.DataFrame, accelerator, numerics: Numerics = DEFAUL
         "bound": _text(kept["bound"]) if "bound" in kept else None,
         "intensity": flops[keep] / nbytes[keep],
         "flops_per_s": flops[keep] / time[keep],
+        "fallback": fallback,
     })
+    points["unit_label"] = points["unit"].map(lambda u: _UNIT_WORDS.get(u, u))
+    # Which roof each op runs under: CSR work (unstructured formats' own GEMMs, hw:csr
+    # fallbacks) on the vector cores at the CSR dtype, other vector work at the vector dtype.
+    gemm = kept["kind"].isin(["conv", "linear", "matmul"]).to_numpy() if "kind" in kept \
+        else np.ones(len(kept), dtype=bool)
+    unstructured = points["format"].map(lambda n: _format_info(n)[0] == "unstructured")
+    is_csr = (points["unit"] == "vector") & ((points["fallback"] == "hw:csr")
+                                             | (unstructured & gemm))
+    on = [(tensor, points["unit"] == "tensor"), (sparse, points["unit"] == "sparse_tensor"),
+          (csr, is_csr), (vector, (points["unit"] == "vector") & ~is_csr)]
+    used = dict.fromkeys(roofs, False)
+    for name, ops_on in on:
+        used[name] = used[name] or bool(ops_on.any())
+    if not len(points):
+        used = dict.fromkeys(roofs, True)
+    if sparse == tensor and used[tensor] and (points["unit"] == "sparse_tensor").any():
+        words[tensor] += " (= sparse tensor core)"
+    if csr == vector and is_csr.any():
+        words[vector] += " (and CSR)"
 
     knees = {name: peak / bandwidth for name, peak in roofs.items()}
     span = list(knees.values())
@@ -275,43 +495,94 @@ def roofline_data(layers: pd.DataFrame, accelerator, numerics: Numerics = DEFAUL
                                    "flops_per_s": np.minimum(peak, bandwidth * x)}))
         corners.append({"series": "knee", "roof": name, "intensity": knees[name],
                         "flops_per_s": peak})
-    parts = [points, *lines, pd.DataFrame(corners)]
+    roof_rows = pd.concat([*lines, pd.DataFrame(corners)], ignore_index=True)
+    roof_rows["roof_label"] = roof_rows["roof"].map(words)
+    roof_rows["used"] = roof_rows["roof"].map(used)
+    for column in ("batch", "fusion", "scope"):
+        if column in layers.columns:
+            values = layers.loc[keep, column]
+            points[column] = values.to_numpy(dtype=np.int64) if column == "batch" \
+                else _text(values).to_numpy()
+    if "batch" in points and points["batch"].nunique() > 1:
+        # A copy of the roofs per batch, so that every batch's panel draws them.
+        roof_rows = pd.concat([roof_rows.assign(batch=b) for b in sorted(set(points["batch"]))],
+                              ignore_index=True)
+    else:
+        for column in ("batch", "fusion", "scope"):
+            if column in points and len(points):
+                roof_rows[column] = points[column].iloc[0]
+    for column in ("fusion", "scope"):
+        if column in points and points[column].nunique() == 1:
+            roof_rows[column] = points[column].iloc[0]
+    parts = [points, roof_rows]
     out = pd.concat([p for p in parts if len(p)], ignore_index=True)
-    return out[["series", "roof", "model", "format", "op", "unit", "bound", "intensity",
-                "flops_per_s"]]
+    out["hardware"] = acc.name
+    columns = ["series", "roof", "model", "format", "op", "unit", "bound", "intensity",
+               "flops_per_s", "hardware", "batch", "fusion", "scope", "fallback",
+               "unit_label", "roof_label", "used"]
+    return out[[c for c in columns if c in out.columns]]
 
 
-def roofline_chart(data: pd.DataFrame) -> alt.LayerChart:
-    """Log-log roofline: roofs as lines, knees as labelled points, ops coloured by format and
-    shaped by the unit they run on."""
+def roofline_chart(data: pd.DataFrame) -> alt.LayerChart | alt.FacetChart:
+    """Log-log roofline: the roofs the ops run under as lines (``used``), knees as labelled
+    points, ops coloured by format and shaped by the unit they run on; ops that fall back are
+    hollow. A column per batch when the frame holds several."""
     formats = _format_order(data.loc[data["series"] == "op", "format"].dropna())
     x = alt.X("intensity:Q", title="arithmetic intensity (FLOP/byte)",
               scale=alt.Scale(type="log"), axis=alt.Axis(format="~g"))
     y = alt.Y("flops_per_s:Q", title="attainable throughput (FLOP/s)",
               scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"))
+    roof_field = "roof_label" if "roof_label" in data.columns else "roof"
+    shown = alt.datum.used if "used" in data.columns else alt.expr.isValid(alt.datum.roof)
     base = alt.Chart().encode(x=x, y=y)
-    roofs = base.transform_filter(alt.datum.series == "roof").mark_line(
+    roofs = base.transform_filter((alt.datum.series == "roof") & shown).mark_line(
         color="#444", strokeWidth=1.5).encode(
-        strokeDash=alt.StrokeDash("roof:N", title="roof"), detail="roof:N")
-    knee_filter = alt.datum.series == "knee"
+        strokeDash=alt.StrokeDash(f"{roof_field}:N", title="roof",
+                                  legend=alt.Legend(labelLimit=320)),
+        detail=f"{roof_field}:N")
+    knee_filter = (alt.datum.series == "knee") & shown
     knees = base.transform_filter(knee_filter).mark_point(
         shape="diamond", color="#444", filled=True, size=50).encode(
-        tooltip=["roof:N", alt.Tooltip("intensity:Q", title="knee (FLOP/byte)", format=".4~g"),
+        tooltip=[f"{roof_field}:N",
+                 alt.Tooltip("intensity:Q", title="knee (FLOP/byte)", format=".4~g"),
                  alt.Tooltip("flops_per_s:Q", title="peak (FLOP/s)", format=".4~s")])
     knee_labels = base.transform_filter(knee_filter).transform_calculate(
         label="'knee ' + format(datum.intensity, '.3~g') + ' FLOP/B'").mark_text(
         align="left", dx=5, dy=-8, fontSize=9, color="#444").encode(text="label:N")
-    ops = base.transform_filter(alt.datum.series == "op").mark_point(
-        filled=True, size=35, opacity=0.75).encode(
-        color=alt.Color("format:N", sort=formats, scale=alt.Scale(domain=formats),
-                        title="format"),
-        shape=alt.Shape("unit:N", title="unit"),
-        tooltip=["model:N", "format:N", "op:N", "unit:N", "bound:N",
-                 alt.Tooltip("intensity:Q", format=".4~g"),
-                 alt.Tooltip("flops_per_s:Q", format=".4~s")])
-    return alt.layer(roofs, knees, knee_labels, ops, data=_inline(data)).properties(
-        width=520, height=360,
-        title="Roofline: per-op speed of light against the tensor and vector roofs")
+    unit_field = "unit_label" if "unit_label" in data.columns else "unit"
+    color = alt.Color("format:N", sort=formats, scale=alt.Scale(domain=formats),
+                      title="format")
+    tooltip = ["model:N", "format:N", "op:N", f"{unit_field}:N", "bound:N",
+               alt.Tooltip("intensity:Q", format=".4~g"),
+               alt.Tooltip("flops_per_s:Q", format=".4~s")]
+    if "fallback" in data.columns:
+        tooltip.append(alt.Tooltip("fallback:N", title="falls back"))
+    is_op = alt.datum.series == "op"
+    own = is_op & ((alt.datum.fallback == "") | ~alt.expr.isValid(alt.datum.fallback))
+    ops = base.transform_filter(own).mark_point(filled=True, size=35, opacity=0.75).encode(
+        color=color, shape=alt.Shape(f"{unit_field}:N", title="unit"), tooltip=tooltip)
+    fell = base.transform_filter(is_op & ~own).mark_point(
+        filled=False, size=45, opacity=0.9, strokeWidth=1.5).encode(
+        color=color, shape=alt.Shape(f"{unit_field}:N", title="unit"), tooltip=tooltip)
+    ops_only = data[data["series"] == "op"]
+    models = sorted(set(ops_only["model"].dropna())) if "model" in ops_only else []
+    head = ", ".join(models)
+    context = _context(data, ("hardware", "batch", "fusion", "scope"))
+    note = ""
+    if "fallback" in ops_only and (ops_only["fallback"].fillna("") != "").any():
+        words = {"shape": "dense (shape)", "hw:dense": "dense (hardware)",
+                 "hw:csr": "CSR (hardware)"}
+        falls = ops_only[ops_only["fallback"].fillna("") != ""]
+        counts = falls.groupby(["format", "fallback"])["op"].nunique()
+        note = "hollow markers: ops that do not run the format's kernel (" + "; ".join(
+            f"{f}: {n} ops {words.get(why, why)}" for (f, why), n in counts.items()) + ")"
+    layered = alt.layer(roofs, knees, knee_labels, ops, fell, data=_inline(data))
+    title = _title("Roofline: per-op speed of light against the roofs of the units used",
+                   f"{head} on {context}" if head else context, note)
+    if "batch" in data.columns and data["batch"].nunique() > 1:
+        return layered.properties(width=420, height=320).facet(
+            column=alt.Column("batch:O", title="batch")).properties(title=title)
+    return layered.properties(width=520, height=360, title=title)
 
 
 # --- 3. bound mix by format ---------------------------------------------------------------------
@@ -323,7 +594,11 @@ def bound_mix_data(layers: pd.DataFrame) -> pd.DataFrame:
     Columns: ``model, format, block_size`` (the block edge for block formats, NaN otherwise),
     ``bound``, ``ops`` (count), ``time_s`` (sum), ``op_share`` and ``time_share`` (each sums
     to 1 over the bounds of one model and format). Sorted by model, format (pattern order)
-    and bound.
+    and bound. When ``layers`` has them: the design's fallback fields (``shape_fallback_ops,
+    hw_fallback, hw_fallback_ops, fallback``, counted from the ops' ``fallback``),
+    ``format_label`` (the format, ``" *"`` added where the hardware falls back) and the design
+    columns ``hardware, batch, fusion, scope``. Concatenate the frames of several batches to
+    chart them: the chart draws a row per batch.
     """
     builder = "bound_mix_data"
     _require(layers, ("model", "format", "bound", "time_s"), builder)
@@ -334,37 +609,61 @@ def bound_mix_data(layers: pd.DataFrame) -> pd.DataFrame:
     out = frame.groupby(["model", "format", "bound"], sort=False).agg(
         ops=("time_s", "size"), time_s=("time_s", "sum")).reset_index()
     totals = out.groupby(["model", "format"], sort=False)[["ops", "time_s"]].transform("sum")
+    design = _design_columns(layers, ("hardware", "batch", "fusion", "scope"))
     out["op_share"] = out["ops"] / totals["ops"]
     # A design whose ops all take zero time has no time mix; NaN says so rather than 0/0 noise.
     out["time_share"] = out["time_s"] / totals["time_s"].where(totals["time_s"] > 0)
     out.insert(2, "block_size", out["format"].map(lambda name: _format_info(name)[2]))
     out["ops"] = out["ops"].astype(np.int64)
+    if "fallback" in layers.columns:
+        per_design = _layer_fallbacks(layers.assign(model=frame["model"].to_numpy(),
+                                                    format=frame["format"].to_numpy()),
+                                      ["model", "format"])
+        out = out.merge(per_design, on=["model", "format"], how="left")
+        marked = np.where(_hw_falls_back(out), out["format"] + " *", out["format"])
+        out["format_label"] = marked.astype(object)
+    for column, values in design.items():
+        out[column] = values[0]
     return _sorted(out, ["model", "format", "bound"])
 
 
 def bound_mix_chart(data: pd.DataFrame, share: str = "time_share") -> alt.FacetChart:
     """Stacked bars per format of the share of time (``share="time_share"``) or of ops
-    (``"op_share"``) that is memory- or compute-bound; one column per model."""
+    (``"op_share"``) that is memory- or compute-bound; a column per model, a row per batch
+    when several. Formats the hardware cannot run are starred and their bars faded."""
     if share not in ("time_share", "op_share"):
         raise ValueError(f"bound_mix_chart: share={share!r}; use 'time_share' or 'op_share'")
     what = "time" if share == "time_share" else "ops"
-    bar = alt.Chart().mark_bar().encode(
-        x=alt.X("format:N", sort=_format_order(data["format"]), title="format",
+    labelled = "format_label" in data.columns
+    order = _format_order(data["format"])
+    if labelled:
+        names = dict(zip(data["format"], data["format_label"], strict=True))
+        order = list(dict.fromkeys(names[f] for f in order))
+    tooltip = ["model:N", "format:N", "bound:N", "ops:Q",
+               alt.Tooltip("time_s:Q", title="time (s)", format=".3~s"),
+               alt.Tooltip("op_share:Q", format=".1%"),
+               alt.Tooltip("time_share:Q", format=".1%")]
+    if "fallback" in data.columns:
+        tooltip.append(alt.Tooltip("fallback:N", title="fallbacks"))
+    faded = ~(alt.expr.isValid(alt.datum.hw_fallback_ops) & (alt.datum.hw_fallback_ops > 0))
+    bar = alt.Chart().mark_bar(stroke="#444", strokeWidth=0.5).encode(
+        x=alt.X("format_label:N" if labelled else "format:N", sort=order, title="format",
                 axis=alt.Axis(labelAngle=-40)),
         y=alt.Y(f"{share}:Q", stack="zero", title=f"share of {what}",
                 axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("bound:N", title="bound",
                         scale=alt.Scale(domain=["memory", "compute"],
                                         range=["#d62728", "#1f77b4"])),
+        opacity=alt.condition(faded, alt.value(1.0), alt.value(0.35)),
         order=alt.Order("bound:N", sort="descending"),
-        tooltip=["model:N", "format:N", "bound:N", "ops:Q",
-                 alt.Tooltip("time_s:Q", title="time (s)", format=".3~s"),
-                 alt.Tooltip("op_share:Q", format=".1%"),
-                 alt.Tooltip("time_share:Q", format=".1%")])
+        tooltip=tooltip)
     layered = alt.layer(bar, data=_inline(data)).properties(width=_FACET_WIDTH,
                                                             height=_FACET_HEIGHT)
-    return layered.facet(column=alt.Column("model:N", title=None)).properties(
-        title=f"Memory- and compute-bound share of {what}, by format")
+    note = [line.replace("hollow markers", "* and faded bars") for line in
+            _fallback_note(data.drop_duplicates(["model", "format"]))]
+    return _facet_by_model(layered, data).properties(title=_title(
+        f"Memory- and compute-bound share of {what}, by format",
+        _context(data, ("hardware", "batch", "fusion", "scope")), note))
 
 
 # --- 4. feature share and speedup against batch -------------------------------------------------
@@ -373,38 +672,62 @@ def feature_share_data(frame: pd.DataFrame) -> pd.DataFrame:
     """Feature (activation) share of DRAM traffic and speedup against batch size.
 
     ``frame``: rows of ``dse.evaluate`` over several batches, for one hardware, fusion and
-    scope. Columns: ``model, format, batch, feature_bytes_share`` (0..1) and ``speedup``,
-    sorted by model, format (pattern order) and batch.
+    scope. Columns: ``model, format, batch, feature_bytes_share`` (0..1), ``speedup`` and
+    ``segment`` (the chart joins points of one model and format by a line only within a
+    segment: a new one starts where the batch more than doubles, so a line never implies
+    values between batches far apart on the log axis); then, when ``frame`` has them, the
+    fallback fields and ``hardware, fusion, scope``. Sorted by model, format (pattern order)
+    and batch.
     """
     builder = "feature_share_data"
     _require(frame, ("model", "format", "batch", "feature_bytes_share", "speedup"), builder)
     _one_value(frame, ("hardware", "fusion", "scope", "hw_point"), builder)
     out = pd.DataFrame({
-        "model": _text(frame["model"]),
-        "format": _text(frame["format"]),
+        "model": _text(frame["model"]).to_numpy(),
+        "format": _text(frame["format"]).to_numpy(),
         "batch": frame["batch"].to_numpy(dtype=np.int64),
         "feature_bytes_share": frame["feature_bytes_share"].to_numpy(dtype=np.float64),
         "speedup": frame["speedup"].to_numpy(dtype=np.float64),
+        **_fallback_columns(frame),
+        **_design_columns(frame, ("hardware", "fusion", "scope")),
     })
-    return _sorted(out, ["model", "format", "batch"])
+    out = _sorted(out, ["model", "format", "batch"])
+    batch = out["batch"].to_numpy()
+    same = np.zeros(len(out), dtype=bool)
+    same[1:] = ((out["model"].to_numpy()[1:] == out["model"].to_numpy()[:-1])
+                & (out["format"].to_numpy()[1:] == out["format"].to_numpy()[:-1]))
+    near = np.zeros(len(out), dtype=bool)
+    near[1:] = batch[1:] <= 2 * batch[:-1]
+    out.insert(5, "segment", np.cumsum(~(same & near)).astype(np.int64))
+    return out
 
 
 def feature_share_chart(data: pd.DataFrame) -> alt.VConcatChart:
-    """Top row: feature share of DRAM traffic against batch (log x), one line per format and
-    a column per model. Bottom row: speedup over dense against batch, the same layout."""
+    """Top row: feature share of DRAM traffic against batch (log x), a colour per format and
+    a column per model. Bottom row: speedup over dense against batch, the same layout. Lines
+    join only batches at most 2x apart (``segment``); designs the hardware cannot run are
+    hollow."""
     formats = _format_order(data["format"])
     x = alt.X("batch:Q", title="batch size", scale=alt.Scale(type="log", base=2),
-              axis=alt.Axis(format="~g"))
+              axis=alt.Axis(format="~g", values=sorted({int(b) for b in data["batch"]})))
     color = alt.Color("format:N", sort=formats, scale=alt.Scale(domain=formats),
                       title="format")
     tooltip = ["model:N", "format:N", "batch:Q",
                alt.Tooltip("feature_bytes_share:Q", format=".1%"),
                alt.Tooltip("speedup:Q", format=".3f")]
+    if "fallback" in data.columns:
+        tooltip.append(alt.Tooltip("fallback:N", title="fallbacks"))
+    own = ~(alt.expr.isValid(alt.datum.hw_fallback_ops) & (alt.datum.hw_fallback_ops > 0))
     inline = _inline(data)
 
     def panel(y: alt.Y, title: str) -> alt.FacetChart:
         base = alt.Chart().encode(x=x, y=y, color=color, tooltip=tooltip)
-        layered = alt.layer(base.mark_line(), base.mark_point(filled=True), data=inline)
+        line = base.mark_line().encode(
+            detail="segment:N" if "segment" in data.columns else "format:N")
+        layered = alt.layer(line, base.transform_filter(own).mark_point(filled=True),
+                            base.transform_filter(~own).mark_point(filled=False, size=70,
+                                                                   strokeWidth=2),
+                            data=inline)
         return layered.properties(width=_FACET_WIDTH, height=180).facet(
             column=alt.Column("model:N", title=None)).properties(title=title)
 
@@ -414,7 +737,11 @@ def feature_share_chart(data: pd.DataFrame) -> alt.VConcatChart:
     speed = panel(alt.Y("speedup:Q", title="speedup over dense (x)",
                         scale=alt.Scale(zero=False)),
                   "Speed-of-light speedup against batch")
-    return alt.vconcat(share, speed)
+    joined = "lines join batches at most 2x apart" if "segment" in data.columns else ""
+    return alt.vconcat(share, speed).properties(title=_title(
+        "Feature share of DRAM traffic and speedup against batch",
+        ", ".join(p for p in (_context(data, ("hardware", "fusion", "scope")), joined) if p),
+        _fallback_note(data.drop_duplicates(["model", "format"]))))
 
 
 # --- 5. hardware comparison ---------------------------------------------------------------------
@@ -424,8 +751,10 @@ def hardware_comparison_data(frame: pd.DataFrame) -> pd.DataFrame:
 
     ``frame``: rows of ``dse.evaluate`` over several hardware, one fusion and scope.
     Columns: ``hardware, model, format, batch, latency_s, speedup`` (x dense on the same
-    hardware), ``memory_bound_share`` (= memory_bound_ops / ops) and ``feature_bytes_share``.
-    Sorted by model, batch, format (pattern order) and hardware.
+    hardware), ``memory_bound_share`` (= memory_bound_ops / ops) and ``feature_bytes_share``;
+    then, when ``frame`` has them, the fallback fields (``shape_fallback_ops, hw_fallback,
+    hw_fallback_ops, fallback``) and ``fusion, scope``. Sorted by model, batch, format
+    (pattern order) and hardware.
     """
     builder = "hardware_comparison_data"
     columns = ("hardware", "model", "format", "batch", "latency_s", "speedup",
@@ -443,31 +772,58 @@ def hardware_comparison_data(frame: pd.DataFrame) -> pd.DataFrame:
         "memory_bound_share": frame["memory_bound_ops"].to_numpy(dtype=np.float64)
         / np.where(ops > 0, ops, np.nan),
         "feature_bytes_share": frame["feature_bytes_share"].to_numpy(dtype=np.float64),
+        **_fallback_columns(frame),
+        **_design_columns(frame, ("fusion", "scope")),
     })
     return _sorted(out, ["model", "batch", "format", "hardware"])
 
 
-def hardware_comparison_chart(data: pd.DataFrame) -> alt.FacetChart:
-    """Grouped bars: speedup over dense per format, one bar per hardware, a column per model
-    and a row per batch; dense (always 1x) is the rule at 1, not a bar."""
-    sparse = data[data["format"] != "dense"]
-    formats = _format_order(sparse["format"])
-    bars = alt.Chart().mark_bar().encode(
+def hardware_comparison_chart(data: pd.DataFrame) -> alt.VConcatChart:
+    """Two panels of grouped bars, one bar per hardware, a column per model and a row per
+    batch: the latency of every format, dense included (what differs between GPUs), and the
+    speedup over dense on the same hardware (the rule at 1x). Bars of designs the hardware
+    cannot run (they run dense or as CSR) are faded, and the subtitle names them."""
+    formats = _format_order(data["format"])
+    sparse_formats = [f for f in formats if f != "dense"]
+    inline = _inline(data)
+    own = ~(alt.expr.isValid(alt.datum.hw_fallback_ops) & (alt.datum.hw_fallback_ops > 0))
+    tooltip = ["hardware:N", "model:N", "format:N", "batch:Q",
+               alt.Tooltip("latency_s:Q", title="latency (s)", format=".3~s"),
+               alt.Tooltip("speedup:Q", format=".3f"),
+               alt.Tooltip("memory_bound_share:Q", format=".0%"),
+               alt.Tooltip("feature_bytes_share:Q", format=".0%")]
+    if "fallback" in data.columns:
+        tooltip.append(alt.Tooltip("fallback:N", title="fallbacks"))
+    color = alt.Color("hardware:N", title="hardware")
+    opacity = alt.condition(own, alt.value(1.0), alt.value(0.3))
+
+    def facet(layered, title: str):
+        return layered.properties(width=_FACET_WIDTH, height=_FACET_HEIGHT - 40).facet(
+            column=alt.Column("model:N", title=None),
+            row=alt.Row("batch:O", title="batch")).resolve_scale(y="independent").properties(
+            title=title)
+
+    latency = alt.Chart().transform_calculate(latency_ms="datum.latency_s * 1000").mark_bar(
+        stroke="#444", strokeWidth=0.5).encode(
         x=alt.X("format:N", sort=formats, title="format", axis=alt.Axis(labelAngle=-40)),
         xOffset=alt.XOffset("hardware:N"),
+        y=alt.Y("latency_ms:Q", title="latency (ms)"),
+        color=color, opacity=opacity, tooltip=tooltip)
+    bars = alt.Chart().transform_filter(alt.datum.format != "dense").mark_bar(
+        stroke="#444", strokeWidth=0.5).encode(
+        x=alt.X("format:N", sort=sparse_formats, title="format",
+                axis=alt.Axis(labelAngle=-40)),
+        xOffset=alt.XOffset("hardware:N"),
         y=alt.Y("speedup:Q", title="speedup over dense (x)"),
-        color=alt.Color("hardware:N", title="hardware"),
-        tooltip=["hardware:N", "model:N", "format:N", "batch:Q",
-                 alt.Tooltip("speedup:Q", format=".3f"),
-                 alt.Tooltip("latency_s:Q", title="latency (s)", format=".3~s"),
-                 alt.Tooltip("memory_bound_share:Q", format=".0%"),
-                 alt.Tooltip("feature_bytes_share:Q", format=".0%")])
+        color=color, opacity=opacity, tooltip=tooltip)
     one = alt.Chart().mark_rule(color="#444", strokeDash=[4, 3]).encode(y=alt.datum(1))
-    layered = alt.layer(bars, one, data=_inline(sparse)).properties(
-        width=_FACET_WIDTH, height=_FACET_HEIGHT)
-    return layered.facet(column=alt.Column("model:N", title=None),
-                         row=alt.Row("batch:O", title="batch")).properties(
-        title="Speed-of-light speedup by hardware")
+    note = [line.replace("hollow markers", "faded bars") for line in _fallback_note(
+        data.drop_duplicates(["hardware", "model", "format"]), ("hardware", "model", "format"))]
+    return alt.vconcat(
+        facet(alt.layer(latency, data=inline), "Speed-of-light latency"),
+        facet(alt.layer(bars, one, data=inline), "Speedup over dense on the same hardware"),
+    ).properties(title=_title("Latency and speedup by hardware",
+                              _context(data, ("model", "batch", "fusion", "scope")), note))
 
 
 # --- 6. Pareto fronts of a search ---------------------------------------------------------------
@@ -487,7 +843,8 @@ def pareto_data(results: pd.DataFrame) -> pd.DataFrame:
     results have it (the search computed it among designs meeting the target); otherwise it
     is computed here: non-dominated in (speedup, accuracy), maximizing both, per model and
     batch, among designs with an accuracy. Columns: ``model, hardware, batch, format, group,
-    speedup, accuracy, pareto`` (bool) and ``verdict`` (``no target`` when absent).
+    speedup, accuracy, pareto`` (bool) and ``verdict`` (``no target`` when absent); then, when
+    ``results`` has them, the fallback fields and ``fusion, scope``.
     """
     builder = "pareto_data"
     _require(results, ("model", "format", "speedup", "accuracy"), builder)
@@ -515,6 +872,9 @@ def pareto_data(results: pd.DataFrame) -> pd.DataFrame:
         out["pareto"] = front
     out["verdict"] = _text(results["verdict"]).to_numpy() if "verdict" in results \
         else "no target"
+    for column, values in {**_fallback_columns(results),
+                           **_design_columns(results, ("fusion", "scope"))}.items():
+        out[column] = values
     return out
 
 
@@ -530,13 +890,22 @@ def pareto_chart(data: pd.DataFrame) -> alt.FacetChart:
     everyone = base.mark_point(size=20, opacity=0.35, color="#888").encode(tooltip=tooltip)
     front = base.transform_filter(alt.datum.pareto)
     line = front.mark_line(color="#444", strokeWidth=1).encode(order="speedup:Q")
-    points = front.mark_point(filled=True, size=70).encode(
-        color=alt.Color("group:N", sort=groups, scale=alt.Scale(domain=groups),
-                        title="pattern"), tooltip=tooltip)
-    layered = alt.layer(everyone, line, points, data=_inline(data)).properties(
+    if "fallback" in data.columns:
+        tooltip.append(alt.Tooltip("fallback:N", title="fallbacks"))
+    own = ~(alt.expr.isValid(alt.datum.hw_fallback_ops) & (alt.datum.hw_fallback_ops > 0))
+    pattern = alt.Color("group:N", sort=groups, scale=alt.Scale(domain=groups),
+                        title="pattern")
+    points = front.transform_filter(own).mark_point(filled=True, size=70).encode(
+        color=pattern, tooltip=tooltip)
+    hollow = front.transform_filter(~own).mark_point(filled=False, size=90,
+                                                     strokeWidth=2).encode(
+        color=pattern, tooltip=tooltip)
+    layered = alt.layer(everyone, line, points, hollow, data=_inline(data)).properties(
         width=_FACET_WIDTH, height=_FACET_HEIGHT)
-    return _facet_by_model(layered, data).properties(
-        title="Search: Pareto front of speedup and accuracy")
+    note = _fallback_note(data[data["pareto"]].drop_duplicates(["model", "format"]))
+    return _facet_by_model(layered, data).properties(title=_title(
+        "Search: Pareto front of speedup and accuracy",
+        _context(data, ("hardware", "batch", "fusion", "scope")), note))
 
 
 # --- 7. candidates against the target -----------------------------------------------------------
@@ -568,6 +937,8 @@ def target_data(results: pd.DataFrame) -> pd.DataFrame:
         "rank": rows["rank"].astype("Int64") if "rank" in rows
         else pd.array([pd.NA] * n, dtype="Int64"),
     }, index=rows.index)
+    for column, values in _fallback_columns(rows).items():
+        out[column] = values
     out.insert(4, "group", _groups(out["format"]))
     out = out.sort_values(["model", "batch", "rank", "speedup_over_baseline"],
                           ascending=[True, True, True, False], na_position="last",
@@ -598,7 +969,10 @@ def target_chart(data: pd.DataFrame, ratio: float | None = None,
             y=alt.datum(float(max_acc_drop))))
     layered = alt.layer(*layers, data=_inline(data)).properties(width=_FACET_WIDTH,
                                                                 height=_FACET_HEIGHT)
-    return _facet_by_model(layered, data).properties(title="Candidates against the target")
+    note = [line.replace("hollow markers: ", "")
+            for line in _fallback_note(data.drop_duplicates(["model", "format"]))]
+    return _facet_by_model(layered, data).properties(title=_title(
+        "Candidates against the target", _context(data, ("hardware", "batch")), note))
 
 
 # --- 8. tornado: sensitivity of the speedup to one field at a time ------------------------------
@@ -610,7 +984,8 @@ def tornado_data(rows: pd.DataFrame) -> pd.DataFrame:
     high_speedup, base_speedup``. Columns: ``field, side`` (``low``/``high``), ``value``
     (the field's value on that side), ``speedup`` and ``delta`` (= speedup - base_speedup).
     Fields are ordered by their largest ``|delta|``, descending (ties keep input order); low
-    before high within a field.
+    before high within a field. The base design's ``model, hardware, format, batch, fusion,
+    scope`` and fallback fields follow when ``rows`` has them (one design).
     """
     builder = "tornado_data"
     _require(rows, ("field", "low_value", "high_value", "low_speedup", "high_speedup",
@@ -631,7 +1006,16 @@ def tornado_data(rows: pd.DataFrame) -> pd.DataFrame:
     out["_swing"] = out.groupby("_row")["delta"].transform(lambda d: d.abs().max())
     out = out.sort_values(["_swing", "_row", "_side"], ascending=[False, True, True],
                           kind="stable")
-    return out.drop(columns=["_row", "_side", "_swing"]).reset_index(drop=True)
+    out = out.drop(columns=["_row", "_side", "_swing"]).reset_index(drop=True)
+    # The base design, when the rows name it: the chart's title says what was perturbed.
+    for column in ("model", "hardware", "format", "batch", "fusion", "scope",
+                   *FALLBACK_FIELDS):
+        if column in rows.columns and len(rows):
+            value = rows[column].iloc[0]
+            out[column] = value.item() if hasattr(value, "item") else value
+    if all(c in out.columns for c in FALLBACK_FIELDS):
+        out["fallback"] = _fallback_columns(out)["fallback"]
+    return out
 
 
 def tornado_chart(data: pd.DataFrame) -> alt.LayerChart:
@@ -650,8 +1034,14 @@ def tornado_chart(data: pd.DataFrame) -> alt.LayerChart:
         tooltip=["field:N", "side:N", alt.Tooltip("value:Q", format=".4~g"),
                  alt.Tooltip("speedup:Q", format=".3f"), alt.Tooltip("delta:Q", format="+.3f")])
     zero = alt.Chart().mark_rule(color="#444").encode(x=alt.datum(0))
+    what = f" of {data['format'].iloc[0]}" if "format" in data.columns and len(data) else ""
+    fallback = ""
+    if "fallback" in data.columns and len(data) and data["fallback"].iloc[0]:
+        fallback = f"the base design falls back: {data['fallback'].iloc[0]}"
     return alt.layer(bars, zero, data=_inline(data)).properties(
-        width=420, height=alt.Step(14), title="Sensitivity of the speedup (tornado)")
+        width=420, height=alt.Step(14), title=_title(
+            f"Sensitivity of the speedup{what} to each hardware field, halved and doubled",
+            _context(data), fallback))
 
 
 # --- 9. the event-level simulator: timeline, utilization, gap by cause --------------------------
@@ -713,9 +1103,10 @@ def _with_design(out: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _design_title(data: pd.DataFrame, what: str) -> str:
+def _design_title(data: pd.DataFrame, what: str) -> str | alt.TitleParams:
     """``what: model on hardware, format, batch B, fusion, S scope``, from the design columns
-    present."""
+    present; with a subtitle naming the design's fallbacks when the frame has the fallback
+    fields."""
     def first(column: str) -> str | None:
         if column not in data.columns or not data[column].notna().any():
             return None
@@ -730,7 +1121,13 @@ def _design_title(data: pd.DataFrame, what: str) -> str:
     parts = [head, first("format"), f"batch {batch}" if batch else None, first("fusion"),
              f"{scope} scope" if scope else None]
     design = ", ".join(p for p in parts if p)
-    return f"{what}: {design}" if design else what
+    text = f"{what}: {design}" if design else what
+    if not all(c in data.columns for c in FALLBACK_FIELDS):
+        return text
+    row = data.iloc[0] if len(data) else None
+    fallback = fallback_text(row["shape_fallback_ops"], row["hw_fallback"],
+                             row["hw_fallback_ops"]) if row is not None else ""
+    return _title(text, f"fallbacks: {fallback}" if fallback else "fallbacks: none")
 
 
 def _merge_runs(bars: pd.DataFrame, keys: list[str], gap_s: float) -> pd.DataFrame:
@@ -842,7 +1239,8 @@ def gantt_chart(data: pd.DataFrame) -> alt.Chart:
         x=alt.X("start_us:Q", title="time (µs)"),
         x2="end_us:Q",
         y=alt.Y("resource:N", title=None, sort=resources,
-                scale=alt.Scale(domain=resources, paddingInner=0.25)),
+                scale=alt.Scale(domain=resources, paddingInner=0.25),
+                axis=alt.Axis(labelExpr=_RESOURCE_WORDS)),
         # A lane per phase: merged load and store bars of one op both span the op on DRAM,
         # and would hide one another in a single lane.
         yOffset=alt.YOffset("phase:N", sort=phases, scale=alt.Scale(domain=phases)),
@@ -909,7 +1307,8 @@ def utilization_chart(data: pd.DataFrame) -> alt.FacetChart:
                  alt.Tooltip("end_us:Q", title="to (µs)", format=".3f"),
                  alt.Tooltip("utilization:Q", format=".1%")])
     layered = alt.layer(area, data=_inline(data)).properties(width=_SIM_WIDTH, height=70)
-    return layered.facet(row=alt.Row("resource:N", sort=resources, title=None)).properties(
+    return layered.facet(row=alt.Row("resource:N", sort=resources, title=None,
+                                     header=alt.Header(labelExpr=_RESOURCE_WORDS))).properties(
         title=_design_title(data, "Utilization over time"))
 
 
@@ -948,6 +1347,7 @@ def sim_gap_data(ops: pd.DataFrame, top: int = 20) -> pd.DataFrame:
         "op_index": ops["op_index"].to_numpy(dtype=np.int64),
         "op": _text(ops["op"]).to_numpy(),
         "kind": labels("kind"), "unit": labels("unit"), "why": labels("why"),
+        "fallback": labels("fallback"),
         "gap_s": floats("gap_s"), "latency_s": floats("latency_s"),
         "roofline_s": floats("roofline_s"),
         **{column: floats(column) for column, _ in _SIM_CAUSES},
@@ -973,7 +1373,8 @@ def sim_gap_data(ops: pd.DataFrame, top: int = 20) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True).sort_values(["rank", "_order"], kind="stable")
     out["time_us"] = out["time_s"] * 1e6
     out = out[["rank", "op_index", "op", "label", "kind", "unit", "why", "component",
-               "time_s", "time_us", "gap_s", "latency_s", "roofline_s"]]
+               "time_s", "time_us", "gap_s", "latency_s", "roofline_s",
+               *(["fallback"] if "fallback" in ops else [])]]
     return _with_design(out.reset_index(drop=True), ops)
 
 

@@ -28,7 +28,7 @@ import vl_convert
 
 from dse.output import OutputError
 
-__all__ = ["ReportError", "Section", "write_report"]
+__all__ = ["ReportError", "Section", "hardware_specs", "write_report"]
 
 # Section names become file names and HTML ids: keep them to what every filesystem and CSS
 # selector takes without quoting.
@@ -159,8 +159,46 @@ def _table_html(frame: pd.DataFrame) -> str:
     return table
 
 
+def hardware_specs(hardware: Sequence) -> pd.DataFrame:
+    """One row per accelerator (``accelerator_models.Accelerator``): its name and the fields
+    the roofline divides by, so a page says which specs its numbers come from."""
+    rows = []
+    for acc in hardware:
+        sparse = getattr(acc, "sparse_tensor", None)
+        block = getattr(acc, "block_sparse", None)
+        rows.append({
+            "hardware": acc.name,
+            "dram_bandwidth_bytes_per_s": acc.dram_bandwidth_bytes_per_s,
+            **{f"tensor_flops_per_s.{k}": v for k, v in sorted(acc.tensor_flops_per_s.items())},
+            **{f"vector_flops_per_s.{k}": v for k, v in sorted(acc.vector_flops_per_s.items())},
+            "sparse_tensor.patterns": ", ".join(f"{n}:{m}" for n, m in sparse.patterns)
+            if sparse is not None else "none",
+            "sparse_tensor.nonzero_rate": sparse.nonzero_rate if sparse is not None else None,
+            "block_sparse": (f"from {block.min_block_size}x{block.min_block_size}"
+                             if block is not None and block.supported else "no"),
+            "overrides": "; ".join(getattr(acc, "overrides", ())),
+        })
+    return pd.DataFrame(rows)
+
+
+def _provenance(command: str | None, specs: pd.DataFrame) -> str:
+    """The page's record of how it was made: command, dse version, date, hardware specs."""
+    import datetime
+
+    import dse
+
+    esc = html.escape
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"<p class=\"note\">Made by <code>{esc(command)}</code>" if command
+             else '<p class="note">Made', f" with dse {esc(dse.__version__)} on {when}.</p>"]
+    if len(specs):
+        lines.append(f"<details><summary>Hardware specs used</summary>\n"
+                     f"{_table_html(specs)}</details>")
+    return "".join(lines[:2]) + "\n" + "\n".join(lines[2:])
+
+
 def _page(title: str, sections: Sequence[Section], specs: dict[str, dict],
-          tables: Sequence[tuple[str, str, pd.DataFrame]]) -> str:
+          tables: Sequence[tuple[str, str, pd.DataFrame]], provenance: str = "") -> str:
     esc = html.escape
     toc = [f'<li><a href="#section-{s.name}">{esc(s.title)}</a></li>' for s in sections]
     toc += [f'<li><a href="#table-{slug}">{esc(t)}</a></li>' for t, slug, _ in tables]
@@ -189,6 +227,7 @@ def _page(title: str, sections: Sequence[Section], specs: dict[str, dict],
         "</head>",
         "<body>",
         f"<h1>{esc(title)}</h1>",
+        provenance,
         f"<nav><ul>{''.join(toc)}</ul></nav>" if len(toc) > 1 else "",
         *body,
         f"<script>{_EMBED % _script_json(specs)}</script>",
@@ -293,7 +332,8 @@ def _move_into(staging: Path, folder: Path, names: list[str]) -> None:
 
 
 def write_report(folder: Path | str, title: str, sections: Sequence[Section],
-                 tables: Sequence[tuple[str, pd.DataFrame]] = ()) -> Path:
+                 tables: Sequence[tuple[str, pd.DataFrame]] = (), *,
+                 command: str | None = None, hardware: Sequence = ()) -> Path:
     """Write a self-contained report into ``folder``; returns the path of its ``index.html``.
 
     Per section: ``NAME.svg``, ``NAME.png`` and ``NAME.csv``; per table (title, DataFrame):
@@ -301,6 +341,10 @@ def write_report(folder: Path | str, title: str, sections: Sequence[Section],
     every chart with vega-embed (SVG renderer), its scripts inlined; once every embed has
     settled it sets ``window.__dse_rendered`` to the number of charts shown, and it records
     each embed error in ``window.__dse_errors`` (and on the console).
+
+    The page records how it was made: ``command`` (the command line, e.g. ``dse report
+    ...``), dse's version, the date, and the specs of ``hardware`` (accelerators; also written
+    as ``hardware-specs.csv``).
 
     Atomic per file and as a whole: nothing in ``folder`` changes until every file has been
     rendered into a temporary folder beside it; files then move in by ``os.replace``,
@@ -324,8 +368,11 @@ def write_report(folder: Path | str, title: str, sections: Sequence[Section],
             _render(staging, section, specs[section.name])
         for _, slug, frame in table_list:
             frame.to_csv(staging / f"{slug}.csv", index=False)
-        (staging / "index.html").write_text(_page(title, sections, specs, table_list),
-                                            encoding="utf-8")
+        hw_specs = hardware_specs(hardware)
+        if len(hw_specs):
+            hw_specs.to_csv(staging / "hardware-specs.csv", index=False)
+        page = _page(title, sections, specs, table_list, _provenance(command, hw_specs))
+        (staging / "index.html").write_text(page, encoding="utf-8")
         names = [p.name for p in staging.iterdir()]
         _move_into(staging, folder, names)
     finally:

@@ -87,7 +87,8 @@ def test_sparsity_roofline_data_by_value():
     })
     data = reports.sparsity_roofline_data(frame)
     assert list(data.columns) == ["model", "format", "group", "sparsity", "sparsity_label",
-                                  "speedup", "accuracy"]
+                                  "speedup", "accuracy", "label"]
+    assert list(data["label"]) == ["", "50%", "87.5%", "75%", "90%"]  # dense: no label
     # 1:4 has no accuracy and is dropped; order: dense, N:M, block4, block16, unstructured.
     assert list(data["format"]) == ["dense", "2:4", "block4@87.5%", "block16@75%",
                                     "unstructured@90%"]
@@ -196,7 +197,8 @@ def test_bound_mix_data_by_value():
         "time_s": [1.0, 2.0, 5.0, 3.0, 1.0]})
     data = reports.bound_mix_data(layers)
     assert list(data.columns) == ["model", "format", "block_size", "bound", "ops", "time_s",
-                                  "op_share", "time_share"]
+                                  "op_share", "time_share", "batch"]
+    assert list(data["batch"]) == [1, 1, 1]
     assert list(data["format"]) == ["dense", "dense", "block4@50%"]
     assert list(data["bound"]) == ["compute", "memory", "memory"]
     assert list(data["ops"]) == [1, 2, 2]
@@ -226,10 +228,15 @@ def test_feature_share_data_by_value():
                           "batch": [8, 1, 1], "feature_bytes_share": [0.9, 0.5, 0.6],
                           "speedup": [1.1, 1.0, 1.3], "latency_s": 1.0})
     data = reports.feature_share_data(frame)
-    assert list(data.columns) == ["model", "format", "batch", "feature_bytes_share", "speedup"]
+    assert list(data.columns) == ["model", "format", "batch", "feature_bytes_share", "speedup",
+                                  "segment", "hardware"]
     assert data.to_dict("list") == {"model": ["m"] * 3, "format": ["dense", "2:4", "2:4"],
                                     "batch": [1, 1, 8], "feature_bytes_share": [0.5, 0.6, 0.9],
-                                    "speedup": [1.0, 1.3, 1.1]}
+                                    "speedup": [1.0, 1.3, 1.1],
+                                    # 1 -> 8 more than doubles: no line joins them
+                                    "segment": [1, 2, 3], "hardware": ["h"] * 3}
+    joined = reports.feature_share_data(frame.assign(batch=[2, 1, 1]))
+    assert list(joined["segment"]) == [1, 2, 2]  # 1 -> 2: one line
 
 
 def test_feature_share_end_to_end(evaluated):
@@ -240,7 +247,8 @@ def test_feature_share_end_to_end(evaluated):
     # Features cannot be pruned: their share of traffic grows with batch.
     assert dense["feature_bytes_share"].is_monotonic_increasing
     svg = render_svg(reports.feature_share_chart(data))
-    assert svg.count("mark-line") >= 2
+    assert svg.count("mark-line") >= 2  # one line layer per panel, its segments in it
+    assert "lines join batches at most 2x apart" in svg and "a100" in svg
 
 
 # --- 5. hardware comparison ---------------------------------------------------------------------
@@ -253,7 +261,8 @@ def test_hardware_comparison_data_by_value():
                           "feature_bytes_share": [0.5, 0.6, 0.4]})
     data = reports.hardware_comparison_data(frame)
     assert list(data.columns) == ["hardware", "model", "format", "batch", "latency_s",
-                                  "speedup", "memory_bound_share", "feature_bytes_share"]
+                                  "speedup", "memory_bound_share", "feature_bytes_share",
+                                  "fusion"]
     assert list(data["hardware"]) == ["h1", "h1", "h2"]
     assert list(data["format"]) == ["dense", "2:4", "2:4"]
     assert math.isnan(data["memory_bound_share"][0])  # no ops: no share, not 0/0
@@ -271,6 +280,9 @@ def test_hardware_comparison_end_to_end():
     assert data["memory_bound_share"].between(0, 1).all()
     svg = render_svg(reports.hardware_comparison_chart(data))
     assert "mark-rect" in svg and "h100-sxm" in svg
+    # Absolute latency is charted too (dense included): that is what differs between GPUs.
+    assert "latency (ms)" in svg and "Speed-of-light latency" in svg
+    assert {"hw_fallback", "hw_fallback_ops", "fallback"} <= set(data.columns)
 
 
 # --- 6. Pareto ----------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from tests.browser import ensure_chromium, render_report
 REPO = Path(__file__).resolve().parents[1]
 DESIGN = ["--model", "convnext_tiny", "--hw", "a100", "--format", "2:4"]
 OPS_COLUMNS = ["model", "hardware", "format", "batch", "fusion", "scope", "op", "op_index",
-               "kind", "unit", "tiles", "start_s", "end_s", "latency_s", "roofline_s", "gap_s",
+               "kind", "unit", "fallback", "tiles",
+               "start_s", "end_s", "latency_s", "roofline_s", "gap_s",
                "launch_s", "buffer_s", "fill_drain_s", "why", "compute_s", "dram_bytes",
                "roofline_dram_bytes", "prefetch_bytes", "kernel_start", "resident_output",
                "tile_bytes"]
@@ -69,6 +70,9 @@ def test_simulate_prints_and_writes_what_the_api_returns(tmp_path, capsys, api):
         f", fill/drain {format_seconds(s['gap_fill_drain_s'])}")
     assert f"{s['kernels']} kernels, {s['tiles']} tiles" in out
     assert f"{s['events']} events simulated in" in out
+    # The design's fallbacks, from the roofline: 2:4 on an A100 keeps 18 ops dense (shape).
+    assert s["shape_fallback_ops"] == 18 and s["hw_fallback"] == "" and s["hw_fallback_ops"] == 0
+    assert "fallbacks: 18 shape->dense of 59 ops: those ops run dense, not as 2:4" in lines
     assert s["latency_s"] > s["roofline_latency_s"]  # launch overhead alone sees to that
     # The top-gap table: its header, then the ten ops with the largest gaps, largest first.
     head = lines.index("largest gaps to the roofline (top 10):")

@@ -4,7 +4,8 @@
 (:mod:`dse.sim.plan`), plays it out in SimPy (:mod:`dse.sim.engine`) and returns a
 :class:`Simulation` holding:
 
-* ``ops``: one row per op: start, end and latency (an op's latency runs from the end of the
+* ``ops``: one row per op: its ``fallback`` ('', ``shape``, ``hw:dense``, ``hw:csr``, as
+  ``evaluate_layers`` labels it), start, end and latency (an op's latency runs from the end of the
   previous op, so latencies add up to the total), its roofline time under the same fusion model,
   the gap and its causes: ``launch_s`` (kernel launch overhead), ``buffer_s`` (the roofline time
   of the op's extra traffic: inputs or weights re-read because the tiles are smaller than the
@@ -26,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from formats import Format
 from formats import parse as parse_format
 from workloads import Trace, load_trace
 
-from ..roofline.evaluator import DEFAULT_NUMERICS, evaluate
+from ..roofline.evaluator import DEFAULT_NUMERICS, evaluate, evaluate_layers
 from ..roofline.numerics import Numerics
 from .engine import OVERLAPS, PHASES, RESOURCES, EventLog, run
 from .plan import Plan, PlanError, Work, plan, work
@@ -144,6 +145,9 @@ class Simulation:
     roofline_latency_s: float
     events: int
     wall_s: float
+    #: The roofline's fallback fields of the design: ``shape_fallback_ops``, ``hw_fallback``
+    #: ('', 'dense' or 'csr') and ``hw_fallback_ops``, as ``dse.evaluate`` gives them.
+    fallbacks: dict = field(default_factory=dict)
 
     @property
     def latency_s(self) -> float:
@@ -185,6 +189,7 @@ class Simulation:
             "launch_overhead_s": self.launch_overhead_s,
             "overlap": self.config.overlap,
             "events": self.events,
+            **self.fallbacks,
         }
 
 
@@ -238,14 +243,24 @@ def simulate(
               "batch": int(batch), "fusion": fusion, "scope": scope}
     rows = evaluate(trace, acc, w.format, int(batch), fusion=fusion, scope=scope,
                     numerics=numerics)
-    roofline = float(rows.loc[rows["format"] == w.format.name, "latency_s"].iloc[0])
+    row = rows.loc[rows["format"] == w.format.name].iloc[0]
+    roofline = float(row["latency_s"])
+    fallbacks = {"shape_fallback_ops": int(row["shape_fallback_ops"]),
+                 "hw_fallback": str(row["hw_fallback"]),
+                 "hw_fallback_ops": int(row["hw_fallback_ops"])}
     ops = _ops_frame(p, log, design)
+    # Each op's fallback ('', 'shape', 'hw:dense', 'hw:csr'), as evaluate_layers labels it.
+    layers = evaluate_layers(trace, acc, w.format, int(batch), fusion=fusion, scope=scope,
+                             numerics=numerics)
+    why = dict(zip(layers["op"], layers["fallback"], strict=True))
+    ops.insert(ops.columns.get_loc("unit") + 1, "fallback",
+               ops["op"].map(why).fillna("").astype(object))
     timeline = _timeline_frame(p, log, design)
     utilization = _utilization_frame(timeline, log.latency_s, config.utilization_bins, design)
     return Simulation(design=design, config=config, buffer_bytes=buffer_bytes,
                       launch_overhead_s=launch, ops=ops, timeline=timeline,
                       utilization=utilization, roofline_latency_s=roofline, events=log.events,
-                      wall_s=wall)
+                      wall_s=wall, fallbacks=fallbacks)
 
 
 def roofline_memory_bytes(w: Work) -> np.ndarray:
