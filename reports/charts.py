@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
@@ -287,21 +288,26 @@ def _fallback_note(data: pd.DataFrame, who: Sequence[str] = ("model", "format"))
                      "CSR: " + _listed(list(dict.fromkeys(items))))
     shape = designs[designs["shape_fallback_ops"].fillna(0) > 0]
     if len(shape):
-        groups = {}
-        for r in shape.itertuples(index=False):
-            groups.setdefault(int(r.shape_fallback_ops), []).append(
-                " ".join(str(getattr(r, k)) for k in keys))
-        items = [f"{n} ops of {', '.join(dict.fromkeys(names))}" for n, names in groups.items()]
-        lines.append("layers whose shape cannot take the format stay dense: "
-                     + _listed(items, 3))
+        ops = shape["shape_fallback_ops"].astype(int)
+        names = list(dict.fromkeys(" ".join(str(getattr(r, k)) for k in keys)
+                                   for r in shape.itertuples(index=False)))
+        count = (f"{ops.iloc[0]} ops" if ops.nunique() == 1
+                 else f"{ops.min()} to {ops.max()} ops")
+        lines.append(f"layers whose shape cannot take the format stay dense ({count}) in "
+                     + (_listed(names, 3) if len(names) <= 4
+                        else f"{len(names)} designs (see the data)"))
     return lines
+
+
+#: Subtitle lines longer than this wrap: a chart's width must not follow its notes.
+SUBTITLE_WIDTH = 110
 
 
 def _title(text: str, *subtitle: str | list[str]) -> alt.TitleParams:
     lines = []
     for s in subtitle:
         lines += [s] if isinstance(s, str) else list(s)
-    lines = [s for s in lines if s]
+    lines = [w for s in lines if s for w in textwrap.wrap(s, SUBTITLE_WIDTH)]
     return alt.TitleParams(text=text, subtitle=lines, anchor="start") if lines \
         else alt.TitleParams(text=text, anchor="start")
 
@@ -931,6 +937,7 @@ def target_data(results: pd.DataFrame) -> pd.DataFrame:
         "batch": rows["batch"].astype("Int64") if "batch" in rows
         else pd.array([pd.NA] * n, dtype="Int64"),
         "format": _text(rows["format"]),
+        **{c: _text(rows[c]) for c in ("fusion", "scope") if c in rows},
         "speedup_over_baseline": rows["speedup_over_baseline"].to_numpy(dtype=np.float64),
         "accuracy_drop": rows["accuracy_drop"].to_numpy(dtype=np.float64),
         "verdict": _text(rows["verdict"]),
@@ -939,7 +946,7 @@ def target_data(results: pd.DataFrame) -> pd.DataFrame:
     }, index=rows.index)
     for column, values in _fallback_columns(rows).items():
         out[column] = values
-    out.insert(4, "group", _groups(out["format"]))
+    out.insert(list(out.columns).index("format") + 1, "group", _groups(out["format"]))
     out = out.sort_values(["model", "batch", "rank", "speedup_over_baseline"],
                           ascending=[True, True, True, False], na_position="last",
                           kind="stable")
@@ -947,17 +954,20 @@ def target_data(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def target_chart(data: pd.DataFrame, ratio: float | None = None,
-                 max_acc_drop: float | None = None) -> alt.FacetChart:
+                 max_acc_drop: float | None = None, target: str | None = None) -> alt.FacetChart:
     """Accuracy drop (y, lower is better) against speedup over the baseline (x), coloured by
     verdict, a column per model (a row per batch when several); ``ratio`` and
-    ``max_acc_drop`` (the target's) draw its two edges as dashed rules."""
+    ``max_acc_drop`` (the target's) draw its two edges as dashed rules; ``target`` (its text,
+    e.g. ``1.3x_over_2:4``) goes into the title."""
+    verdicts = [v for v in _VERDICTS if v != "no target" or v in set(data["verdict"])]
+    colors = [c for v, c in zip(_VERDICTS, _VERDICT_COLORS, strict=True) if v in verdicts]
     layers = [alt.Chart().mark_point(filled=True, size=60).encode(
         x=alt.X("speedup_over_baseline:Q", title="speedup over the baseline (x)",
                 scale=alt.Scale(zero=False)),
         y=alt.Y("accuracy_drop:Q", title="accuracy drop (percentage points)",
                 scale=alt.Scale(zero=False)),
         color=alt.Color("verdict:N", title="verdict",
-                        scale=alt.Scale(domain=list(_VERDICTS), range=list(_VERDICT_COLORS))),
+                        scale=alt.Scale(domain=verdicts, range=colors)),
         tooltip=["model:N", "format:N", "verdict:N", "rank:Q",
                  alt.Tooltip("speedup_over_baseline:Q", format=".3f"),
                  alt.Tooltip("accuracy_drop:Q", format=".2f")])]
@@ -971,8 +981,13 @@ def target_chart(data: pd.DataFrame, ratio: float | None = None,
                                                                 height=_FACET_HEIGHT)
     note = [line.replace("hollow markers: ", "")
             for line in _fallback_note(data.drop_duplicates(["model", "format"]))]
+    points = "point" if max_acc_drop == 1 else "points"
+    rule = (f"; dashed: at least {ratio:g}x the baseline's speedup, at most {max_acc_drop:g} "
+            f"{points} below its accuracy" if ratio is not None and max_acc_drop is not None
+            else "")
+    head = f"Candidates against the target {target}" if target else "Candidates against the target"
     return _facet_by_model(layered, data).properties(title=_title(
-        "Candidates against the target", _context(data, ("hardware", "batch")), note))
+        head, _context(data, ("hardware", "batch", "fusion", "scope")) + rule, note))
 
 
 # --- 8. tornado: sensitivity of the speedup to one field at a time ------------------------------

@@ -3,7 +3,8 @@
 The space is cut into chunks (one model, a run of hardware points, every format and batch);
 workers claim chunks from the study's storage, evaluate each in one vectorized call and store its
 scored rows together with the chunk's "done" mark. Chunks are independent, so any number of
-workers on any machines can share the work, and a killed worker costs only the chunk it held.
+workers on any machines can share the work, and a killed worker costs only the chunk it held:
+its lease runs out (or its process is seen gone) and another worker takes the chunk again.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pyarrow.ipc as ipc
 
 from .problem import Problem
 from .space import HardwarePoint
-from .storage import Storage, worker_id
+from .storage import LEASE_S, Storage, worker_id
 
 __all__ = ["Chunk", "plan_chunks", "run_chunks", "read_chunks"]
 
@@ -84,13 +85,15 @@ def _table(blob: bytes) -> pa.Table:
 
 
 def run_chunks(problem: Problem, storage: Storage, study: str,
-               progress: Callable[[int], None] | None = None) -> int:
-    """Claim and evaluate chunks until none is left; returns how many this worker did."""
+               progress: Callable[[int], None] | None = None, worker: str | None = None,
+               lease_s: float = LEASE_S) -> int:
+    """Claim and evaluate chunks until none is pending; returns how many this worker stored.
+    Chunks other workers hold may still be running when it returns."""
     chunks = plan_chunks(problem)
     points = _Points(problem)
-    me = worker_id()
+    me = worker or worker_id()
     done = 0
-    while (idx := storage.claim_chunk(study, me)) is not None:
+    while (idx := storage.claim_chunk(study, me, lease_s)) is not None:
         frame = evaluate_chunk(problem, chunks[idx], points)
         if storage.finish_chunk(study, idx, me, to_bytes(frame)):
             done += 1

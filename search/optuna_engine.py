@@ -6,14 +6,20 @@ accuracy, or the minimized hardware field) and the target becomes two Optuna con
 and accuracy, each <= 0 when met) on the worst model and batch.
 
 The trial budget is exact across workers: a worker takes the study lock, counts the trials that
-count (complete, running, pruned), asks for a new one only below the budget, and releases the
-lock. A trial left running by a killed worker is marked failed on ``--resume`` and its design is
-queued again, so completed trials are never lost or repeated.
+count (complete, running, pruned), asks for a new one only below the budget and takes a lease on
+it, and releases the lock; it reports the trial under the lock too. A running trial whose lease
+expired or is missing (its worker died between asking and leasing), or whose worker is a
+vanished process of this machine, is marked failed (user attribute ``interrupted``) under the
+lock by any other worker, and its design is queued again, so completed trials are never lost or
+repeated. Optuna's own heartbeat (``RDBStorage(heartbeat_interval=...)``, ``fail_stale_trials``)
+is not used: it runs only inside ``study.optimize``, takes whole seconds, judges staleness by the
+reader's grace period rather than the holder's, and would fail trials outside the study lock.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -26,13 +32,15 @@ from optuna.distributions import (
     FloatDistribution,
     IntDistribution,
 )
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from .problem import Problem
 from .space import CANDIDATES, HardwarePoint
-from .storage import Storage
+from .storage import LEASE_S, Storage, process_gone, worker_id
 
-__all__ = ["designs_frame", "distributions", "recover", "run_trials", "optuna_storage"]
+__all__ = ["designs_frame", "distributions", "ensure", "holders", "reclaim", "run_trials",
+           "optuna_storage"]
 
 COUNTED = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)
 #: Optuna constraints (feasible when <= 0): the worst model-and-batch's shortfall against the
@@ -43,13 +51,22 @@ _INTERRUPTED = "interrupted"
 optuna.logging.set_verbosity(logging.WARNING)
 
 
+# One Optuna connection per study database and process: building one checks the schema.
+_BACKENDS: weakref.WeakKeyDictionary[Storage, optuna.storages.RDBStorage] = (
+    weakref.WeakKeyDictionary())
+
+
 def optuna_storage(storage: Storage) -> optuna.storages.RDBStorage:
-    kwargs: dict[str, Any] = {}
-    if storage.backend == "sqlite":
-        kwargs["connect_args"] = {"timeout": 60}
-    else:
-        kwargs["pool_pre_ping"] = True
-    return optuna.storages.RDBStorage(storage.url, engine_kwargs=kwargs)
+    backend = _BACKENDS.get(storage)
+    if backend is None:
+        kwargs: dict[str, Any] = {}
+        if storage.backend == "sqlite":
+            kwargs["connect_args"] = {"timeout": 60}
+        else:
+            kwargs["pool_pre_ping"] = True
+        backend = _BACKENDS[storage] = optuna.storages.RDBStorage(storage.url,
+                                                                   engine_kwargs=kwargs)
+    return backend
 
 
 def _encode(value: Any) -> Any:
@@ -102,6 +119,18 @@ def create(problem: Problem, storage: Storage, study: str) -> None:
                         directions=directions(problem))
 
 
+def ensure(problem: Problem, storage: Storage, study: str) -> bool:
+    """Create the Optuna study if it is missing (a kill between storing the study's settings
+    and creating it); True when it was."""
+    try:
+        optuna_storage(storage).get_study_id_from_name(study)
+        return False
+    except KeyError:
+        optuna.create_study(study_name=study, storage=optuna_storage(storage),
+                            directions=directions(problem), load_if_exists=True)
+        return True
+
+
 def load(problem: Problem, storage: Storage, study: str, seed: int) -> optuna.Study:
     return optuna.load_study(study_name=study, storage=optuna_storage(storage),
                              sampler=_sampler(problem, seed))
@@ -140,8 +169,11 @@ def evaluate_design(problem: Problem, fmt: str, point: HardwarePoint) -> pd.Data
 
 
 def run_trials(problem: Problem, storage: Storage, study: str, budget: int, seed: int,
-               progress: Callable[[int], None] | None = None) -> int:
-    """Run trials until the study holds ``budget`` counted trials; returns how many ran here."""
+               progress: Callable[[int], None] | None = None, worker: str | None = None,
+               lease_s: float = LEASE_S) -> int:
+    """Run trials while the study holds fewer than ``budget`` counted trials; returns how many
+    ran here. Trials other workers run may still be running when it returns."""
+    me = worker or worker_id()
     handle = load(problem, storage, study, seed)
     dists = distributions(problem)
     ran = 0
@@ -151,33 +183,65 @@ def run_trials(problem: Problem, storage: Storage, study: str, budget: int, seed
             if counted >= budget:
                 return ran
             trial = handle.ask(dists)
+            storage.take_lease(study, "trial", trial.number, me, lease_s)
         fmt, point = design_of(problem, trial.params)
         rows = evaluate_design(problem, fmt, point)
         values, constraints = objective_values(problem, rows)
         for name, value in zip(_CONSTRAINTS, constraints, strict=False):
             trial.set_constraint(name, value)
-        try:
-            handle.tell(trial, values if len(values) > 1 else values[0])
-        except (RuntimeError, ValueError):
-            # A `--resume` elsewhere failed this trial as interrupted and queued its design
-            # again; that queued trial will record it, so this one is dropped.
-            continue
+        with storage.lock(study):  # never beside a reclaim of this very trial
+            try:
+                handle.tell(trial, values if len(values) > 1 else values[0])
+            except (RuntimeError, ValueError):
+                # Another worker took this trial for lost (our lease ran out) and queued its
+                # design again; that queued trial will record it, so this one is dropped.
+                continue
+            finally:
+                storage.drop_lease(study, "trial", trial.number)
         ran += 1
         if progress is not None:
             progress(1)
 
 
-def recover(problem: Problem, storage: Storage, study: str) -> int:
-    """Fail the trials left running by killed workers and queue their designs again."""
+def reclaim(problem: Problem, storage: Storage, study: str,
+            gone: frozenset[str] = frozenset()) -> dict[str, int]:
+    """Fail the running trials whose worker is gone (lease expired or missing, a vanished
+    process of this machine, or in ``gone``) and queue their designs again; how many per
+    worker."""
     handle = load(problem, storage, study, seed=0)
     backend = optuna_storage(storage)
-    stale = handle.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    for trial in stale:
-        backend.set_trial_user_attr(trial._trial_id, _INTERRUPTED, True)
-        backend.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-        if set(trial.params) == set(distributions(problem)):
-            handle.enqueue_trial(trial.params)
-    return len(stale)
+    names = set(distributions(problem))
+    lost: dict[str, int] = {}
+    with storage.lock(study):
+        running = handle.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if not running:
+            return lost
+        leases = storage.leases(study, "trial")
+        for trial in running:
+            holder, left = leases.get(trial.number, ("an unknown worker", -1.0))
+            if left >= 0 and holder not in gone and not process_gone(holder):
+                continue
+            try:
+                backend.set_trial_user_attr(trial._trial_id, _INTERRUPTED, True)
+                backend.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            except UpdateFinishedTrialError:
+                continue  # it finished after all
+            if set(trial.params) == names:
+                handle.enqueue_trial(trial.params)
+            storage.drop_lease(study, "trial", trial.number)
+            lost[holder] = lost.get(holder, 0) + 1
+    return lost
+
+
+def holders(storage: Storage, study: str) -> dict[str, int]:
+    """worker -> how many of the study's trials it runs now."""
+    handle = optuna.load_study(study_name=study, storage=optuna_storage(storage))
+    leases = storage.leases(study, "trial")
+    found: dict[str, int] = {}
+    for trial in handle.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        holder = leases.get(trial.number, ("an unknown worker", 0.0))[0]
+        found[holder] = found.get(holder, 0) + 1
+    return found
 
 
 def counts(storage: Storage, study: str) -> dict[str, int]:

@@ -3,8 +3,16 @@
 One database holds the study's settings (``dse_studies``), the exhaustive engine's work units
 (``dse_chunks``: a chunk is claimed by one worker and marked done together with its results, in
 one transaction, so a killed worker loses at most the chunk it held and never writes half of
-one), and Optuna's own tables for the Optuna engine. Several processes, or machines with
-PostgreSQL, share a study by opening the same URL.
+one), the leases on work in progress (``dse_leases``) and Optuna's own tables for the Optuna
+engine. Several processes, or machines with PostgreSQL, share a study by opening the same URL.
+
+A worker holds a lease on each chunk or trial it runs: a row with an expiry time on the
+database's clock (so machines' clocks need not agree), pushed forward by a heartbeat thread
+every quarter of the lease. Work whose lease expired, or whose worker is a process of this
+machine that no longer exists, is reclaimed by any other participant of the study. Reclaiming a
+live worker's work by mistake (a heartbeat starved for longer than the lease) costs only a
+repeat: a chunk is stored by whichever worker finishes it first, and an Optuna trial failed
+under its worker is dropped when that worker reports it (its design is queued again).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import fcntl
 import json
 import os
 import socket
+import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +34,12 @@ from sqlalchemy.engine import make_url
 
 from .errors import StorageError
 
-__all__ = ["Storage", "StorageError", "open_storage", "redact", "sqlite_url"]
+__all__ = ["LEASE_S", "Storage", "StorageError", "has_password", "open_storage",
+           "process_gone", "redact", "sqlite_url", "worker_id"]
+
+#: Seconds a lease on a chunk or trial lasts unless its worker's heartbeat renews it (every
+#: quarter of it); how long a vanished worker on another machine can hold work back.
+LEASE_S = 60.0
 
 _META = sa.MetaData()
 STUDIES = sa.Table(
@@ -44,6 +58,15 @@ CHUNKS = sa.Table(
     sa.Column("finished_at", sa.String(40)),
     sa.Column("result", sa.LargeBinary),
 )
+LEASES = sa.Table(
+    "dse_leases", _META,
+    sa.Column("study", sa.String(200), primary_key=True),
+    sa.Column("unit", sa.String(10), primary_key=True),  # chunk or trial
+    sa.Column("item", sa.Integer, primary_key=True),  # chunk index or Optuna trial number
+    sa.Column("worker", sa.String(200), nullable=False),
+    # Seconds since the epoch on the database's clock: every judge reads the same clock.
+    sa.Column("until", sa.Float, nullable=False),
+)
 
 
 def redact(url: str) -> str:
@@ -52,6 +75,13 @@ def redact(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:  # noqa: BLE001 - a URL too malformed to parse: show no part of it
         return "<unparseable storage URL>"
+
+
+def has_password(url: str) -> bool:
+    try:
+        return bool(make_url(url).password)
+    except Exception:  # noqa: BLE001 - unparseable: treat as secret
+        return True
 
 
 def sqlite_url(path: Path) -> str:
@@ -66,9 +96,36 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def process_gone(worker: str) -> bool:
+    """Whether ``worker`` (a :func:`worker_id`) was a process of this machine that has ended.
+
+    Only this machine's processes can be checked; for the others the lease decides. A false
+    answer costs a repeat, never a loss, so pid reuse or a shared host name are harmless.
+    """
+    host, _, pid_text = worker.rpartition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's live process
+        return False
+    try:  # a killed process not yet reaped by its parent still answers signal 0
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def open_storage(url: str) -> Storage:
     """Connect to ``url`` and create the dse tables if needed; one-line errors, no password."""
     shown = redact(url)
+    if not url.strip():
+        raise StorageError("--storage is empty: give the study's database URL (is "
+                           "DSE_SEARCH_STORAGE set?)")
     try:
         parsed = make_url(url)
     except Exception:  # noqa: BLE001 - SQLAlchemy raises several types for a bad URL
@@ -140,11 +197,16 @@ class Storage:
 
     # --- studies -------------------------------------------------------------------------------
 
-    def create_study(self, name: str, settings: dict[str, Any]) -> None:
+    def create_study(self, name: str, settings: dict[str, Any], chunks: int = 0) -> None:
+        """Store a new study with its settings and ``chunks`` pending chunks, in one
+        transaction: a kill during creation leaves either the whole study or none of it."""
         try:
             with self.engine.begin() as conn:
                 conn.execute(STUDIES.insert().values(
                     name=name, created_at=_now(), settings=json.dumps(settings, sort_keys=True)))
+                if chunks:
+                    conn.execute(CHUNKS.insert(), [{"study": name, "idx": i, "state": "pending"}
+                                                   for i in range(chunks)])
         except sa.exc.IntegrityError:
             raise StorageError(f"study {name!r} already exists in {self.shown}; continue it "
                                "with --resume or give another --study") from None
@@ -164,15 +226,86 @@ class Storage:
             return [r[0] for r in conn.execute(sa.select(STUDIES.c.name)
                                                .order_by(STUDIES.c.name))]
 
+    # --- leases ----------------------------------------------------------------------------------
+
+    def _clock(self) -> sa.ColumnElement:
+        """The database's time, in seconds since the epoch, as an SQL expression."""
+        if self.backend == "postgresql":
+            return sa.cast(sa.extract("epoch", sa.func.clock_timestamp()), sa.Float)
+        return (sa.func.julianday("now") - 2440587.5) * 86400.0
+
+    def _take_lease(self, conn: sa.Connection, study: str, unit: str, item: int, worker: str,
+                    seconds: float) -> None:
+        where = (LEASES.c.study == study, LEASES.c.unit == unit, LEASES.c.item == item)
+        conn.execute(LEASES.delete().where(*where))
+        conn.execute(LEASES.insert().from_select(
+            ["study", "unit", "item", "worker", "until"],
+            sa.select(sa.literal(study), sa.literal(unit), sa.literal(item), sa.literal(worker),
+                      self._clock() + seconds)))
+
+    def take_lease(self, study: str, unit: str, item: int, worker: str, seconds: float) -> None:
+        with self.engine.begin() as conn:
+            self._take_lease(conn, study, unit, item, worker, seconds)
+
+    def drop_lease(self, study: str, unit: str, item: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(LEASES.delete().where(LEASES.c.study == study, LEASES.c.unit == unit,
+                                               LEASES.c.item == item))
+
+    def renew(self, worker: str, seconds: float) -> None:
+        """Push forward every lease ``worker`` holds (in any study)."""
+        with self.engine.begin() as conn:
+            conn.execute(LEASES.update().where(LEASES.c.worker == worker)
+                         .values(until=self._clock() + seconds))
+
+    def leases(self, study: str, unit: str) -> dict[int, tuple[str, float]]:
+        """item -> (worker, seconds left) of the study's leases on ``unit`` (negative: expired)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(LEASES.c.item, LEASES.c.worker,
+                                          LEASES.c.until - self._clock())
+                                .where(LEASES.c.study == study, LEASES.c.unit == unit))
+            return {int(item): (worker, float(left)) for item, worker, left in rows}
+
+    @contextlib.contextmanager
+    def heartbeat(self, worker: str, seconds: float) -> Iterator[None]:
+        """Renew ``worker``'s leases from a background thread while the block runs."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(seconds / 4):
+                try:
+                    self.renew(worker, seconds)
+                except sa.exc.SQLAlchemyError:
+                    pass  # the next beat retries; an outage longer than the lease costs repeats
+
+        thread = threading.Thread(target=beat, name="dse-lease-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
     # --- exhaustive chunks ---------------------------------------------------------------------
 
-    def add_chunks(self, study: str, count: int) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(CHUNKS.insert(), [{"study": study, "idx": i, "state": "pending"}
-                                           for i in range(count)])
+    def add_missing_chunks(self, study: str, count: int) -> int:
+        """Add the chunks ``0..count-1`` the study lacks (one created before creation was a
+        single transaction, and killed half-way); how many were added."""
+        try:
+            with self.engine.begin() as conn:
+                have = {int(r[0]) for r in conn.execute(sa.select(CHUNKS.c.idx)
+                                                         .where(CHUNKS.c.study == study))}
+                missing = [i for i in range(count) if i not in have]
+                if missing:
+                    conn.execute(CHUNKS.insert(), [{"study": study, "idx": i, "state": "pending"}
+                                                   for i in missing])
+                return len(missing)
+        except sa.exc.IntegrityError:
+            return 0  # another process added them at the same moment
 
-    def claim_chunk(self, study: str, worker: str) -> int | None:
-        """Mark the lowest pending chunk running for ``worker``; None when none is left."""
+    def claim_chunk(self, study: str, worker: str, lease_s: float = LEASE_S) -> int | None:
+        """Mark the lowest pending chunk running for ``worker``, with a lease of ``lease_s``
+        seconds; None when none is pending."""
         while True:
             with self.engine.begin() as conn:
                 pending = (sa.select(CHUNKS.c.idx)
@@ -190,25 +323,63 @@ class Storage:
                            CHUNKS.c.state == "pending")
                     .values(state="running", worker=worker, claimed_at=_now()))
                 if claimed.rowcount == 1:
+                    self._take_lease(conn, study, "chunk", int(row[0]), worker, lease_s)
                     return int(row[0])
             # Another worker took it between our read and write (SQLite): try the next.
 
     def finish_chunk(self, study: str, idx: int, worker: str, result: bytes) -> bool:
-        """Store a chunk's results and mark it done, atomically. False if it was not ours."""
+        """Store a chunk's results and mark it done, atomically. False if it was done already
+        (by a worker that reclaimed it from us when our lease ran out): the results are the
+        same, the first stored stays."""
         with self.engine.begin() as conn:
             done = conn.execute(
                 CHUNKS.update()
-                .where(CHUNKS.c.study == study, CHUNKS.c.idx == idx,
-                       CHUNKS.c.state == "running", CHUNKS.c.worker == worker)
-                .values(state="done", finished_at=_now(), result=result))
+                .where(CHUNKS.c.study == study, CHUNKS.c.idx == idx, CHUNKS.c.state != "done")
+                .values(state="done", worker=worker, finished_at=_now(), result=result))
+            conn.execute(LEASES.delete().where(LEASES.c.study == study, LEASES.c.unit == "chunk",
+                                               LEASES.c.item == idx))
             return done.rowcount == 1
 
-    def release_running(self, study: str) -> int:
-        """Put chunks left running (by killed workers) back to pending; how many."""
+    def reclaim_chunks(self, study: str, gone: frozenset[str] = frozenset()
+                       ) -> dict[str, int]:
+        """Put back to pending the running chunks whose lease expired (or is missing), whose
+        worker is a vanished process of this machine, or whose worker is in ``gone``;
+        returns how many per worker."""
+        with self.engine.connect() as conn:
+            running = conn.execute(sa.select(CHUNKS.c.idx, CHUNKS.c.worker)
+                                   .where(CHUNKS.c.study == study,
+                                          CHUNKS.c.state == "running")).all()
+        if not running:
+            return {}
+        leases = self.leases(study, "chunk")
+        lost: dict[str, list[int]] = {}
+        for idx, worker in running:
+            holder, left = leases.get(int(idx), (None, -1.0))
+            if holder != worker or left < 0 or worker in gone or process_gone(worker):
+                lost.setdefault(worker, []).append(int(idx))
+        reclaimed: dict[str, int] = {}
         with self.engine.begin() as conn:
-            return conn.execute(
-                CHUNKS.update().where(CHUNKS.c.study == study, CHUNKS.c.state == "running")
-                .values(state="pending", worker=None, claimed_at=None)).rowcount
+            for worker, idxs in lost.items():
+                # Only while still running for that worker: never undo a newer claim.
+                n = conn.execute(
+                    CHUNKS.update()
+                    .where(CHUNKS.c.study == study, CHUNKS.c.state == "running",
+                           CHUNKS.c.worker == worker, CHUNKS.c.idx.in_(idxs))
+                    .values(state="pending", worker=None, claimed_at=None)).rowcount
+                conn.execute(LEASES.delete().where(
+                    LEASES.c.study == study, LEASES.c.unit == "chunk", LEASES.c.item.in_(idxs),
+                    LEASES.c.worker == worker))
+                if n:
+                    reclaimed[worker] = n
+        return reclaimed
+
+    def chunk_holders(self, study: str) -> dict[str, int]:
+        """worker -> how many of the study's chunks it runs now."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(CHUNKS.c.worker, sa.func.count())
+                                .where(CHUNKS.c.study == study, CHUNKS.c.state == "running")
+                                .group_by(CHUNKS.c.worker))
+            return {str(w): int(n) for w, n in rows}
 
     def chunk_states(self, study: str) -> dict[str, int]:
         with self.engine.connect() as conn:

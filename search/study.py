@@ -2,6 +2,12 @@
 
 ``run_search`` is what `dse search` calls; ``run_worker`` is `dse search worker`, which joins a
 study (any machine that reaches its storage) and works until the study is done.
+
+Every participant (the main process, its local workers, workers from other machines) runs the
+same loop: claim and run work; when none is left to claim, reclaim the work of gone workers
+(expired lease, or a vanished process of this machine) and run it; wait while live workers still
+hold some; stop when every chunk or trial is stored. So results are written only from a complete
+study, and a dead worker's work is redone without a manual ``--resume``.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ import datetime as dt
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -30,11 +37,12 @@ from .errors import SearchError, SearchInterrupted, StorageError
 from .problem import Problem, Settings
 from .scoring import rank
 from .space import DEFAULT_SPACE, load_space
-from .storage import Storage, open_storage, sqlite_url
+from .storage import LEASE_S, Storage, has_password, open_storage, redact, sqlite_url, worker_id
 from .target import DEFAULT_MAX_ACC_DROP
 
-__all__ = ["ENGINES", "EXHAUSTIVE_MAX", "Notify", "Progress", "SearchOutcome", "SearchRequest",
-           "WorkerOutcome", "new_settings", "run_search", "run_worker"]
+__all__ = ["ENGINES", "EXHAUSTIVE_MAX", "LEASE_S", "Notify", "Progress", "SearchOutcome",
+           "SearchRequest", "WorkerOutcome", "new_settings", "resume_command", "run_search",
+           "run_worker"]
 
 ENGINES = ("auto", "exhaustive", "optuna")
 #: Largest finite space `--engine auto` enumerates (design points, dense and baseline included);
@@ -44,6 +52,8 @@ DEFAULT_TRIALS = 200
 DEFAULT_OUT = Path("dse-search")
 STORAGE_ENV = "DSE_SEARCH_STORAGE"
 RESULTS_FORMATS = ("parquet", "csv")
+#: Seconds between looks at the study while other workers hold the last of its work.
+POLL_S = 0.5
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$")
 
 
@@ -71,6 +81,8 @@ class SearchRequest:
     #: "roofline" or "simulate"; ``simulation``: the simulator's settings (default SimConfig()).
     evaluator: str | None = None
     simulation: SimConfig | None = None
+    #: Seconds a lease on a chunk or trial this search's workers hold lasts without renewal.
+    lease_s: float = LEASE_S
 
 
 @dataclass
@@ -222,26 +234,112 @@ def _prepare_out(out: Path) -> bool:
     return created
 
 
-def _work(problem: Problem, storage: Storage, study: str, seed_offset: int,
-          progress: Callable[..., None] | None) -> int:
+def resume_command(study: str, out: Path | None, storage_url: str | None) -> str:
+    """The command that continues ``study``, as the shell takes it, and a note on its storage.
+
+    A storage URL with a password is never printed: the command reads it from
+    ``$DSE_SEARCH_STORAGE`` (as `dse search worker` does) and the note shows it redacted."""
+    parts = ["dse", "search", "--resume", "--study", shlex.quote(study)]
+    if out is not None:
+        parts += ["--out", shlex.quote(str(out.resolve()))]
+    note = ""
+    if storage_url is not None:
+        if has_password(storage_url):
+            parts += ["--storage", f'"${STORAGE_ENV}"']
+            note = f" with {STORAGE_ENV} set to {redact(storage_url)}"
+        else:
+            parts += ["--storage", shlex.quote(storage_url)]
+    return f"`{' '.join(parts)}`{note}"
+
+
+def _run(problem: Problem, storage: Storage, study: str, seed_offset: int,
+         progress: Callable[..., None] | None, worker: str, lease_s: float) -> int:
     settings = problem.settings
     if settings.engine == "exhaustive":
-        return exhaustive.run_chunks(problem, storage, study, progress)
+        return exhaustive.run_chunks(problem, storage, study, progress, worker, lease_s)
     return opt.run_trials(problem, storage, study, settings.trials,
-                          settings.seed + seed_offset, progress)
+                          settings.seed + seed_offset, progress, worker, lease_s)
+
+
+def _unit(problem: Problem) -> str:
+    return "chunks" if problem.settings.engine == "exhaustive" else "trials"
+
+
+def _reclaim(problem: Problem, storage: Storage, study: str,
+             gone: frozenset[str] = frozenset()) -> dict[str, int]:
+    if problem.settings.engine == "exhaustive":
+        return storage.reclaim_chunks(study, gone)
+    return opt.reclaim(problem, storage, study, gone)
+
+
+def _holders(problem: Problem, storage: Storage, study: str) -> dict[str, int]:
+    if problem.settings.engine == "exhaustive":
+        return storage.chunk_holders(study)
+    return opt.holders(storage, study)
+
+
+def _by_worker(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} by {worker}" for worker, n in sorted(counts.items()))
+
+
+def _work(problem: Problem, storage: Storage, study: str, seed_offset: int, tally: _Tally,
+          notify: Notify, lease_s: float) -> int:
+    """Work on ``study`` until every chunk or trial of it is stored; how many ran here."""
+    me = worker_id()
+    unit = _unit(problem)
+    ran = 0
+    told: dict[str, int] | None = None
+    with storage.heartbeat(me, lease_s):
+        try:
+            while True:
+                ran += _run(problem, storage, study, seed_offset, tally, me, lease_s)
+                reclaimed = _reclaim(problem, storage, study)
+                if reclaimed:
+                    notify(f"took back {sum(reclaimed.values())} {unit} from gone workers "
+                           f"({_by_worker(reclaimed)}): their lease ran out or their process "
+                           "ended; running them again")
+                    continue
+                done, total, _ = _state(problem, storage, study)
+                tally(done=done)
+                if done >= total:
+                    return ran
+                holders = _holders(problem, storage, study)
+                if holders and holders != told:
+                    notify(f"waiting for {sum(holders.values())} {unit} other workers hold "
+                           f"({_by_worker(holders)}); {done}/{total} {unit} stored")
+                told = holders
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            try:  # hand our work back now rather than when our lease runs out
+                _reclaim(problem, storage, study, frozenset({me}))
+            except Exception:  # noqa: BLE001 - best effort; the lease covers it
+                pass
+            raise
 
 
 def _state(problem: Problem, storage: Storage, study: str) -> tuple[int, int, str]:
     """(done, total, unit) of the study's work."""
     if problem.settings.engine == "exhaustive":
         states = storage.chunk_states(study)
-        return states.get("done", 0), sum(states.values()), "chunks"
+        return states.get("done", 0), exhaustive.chunk_count(problem), "chunks"
     counts = opt.counts(storage, study)
     return counts.get("complete", 0), problem.settings.trials, "trials"
 
 
-def _spawn_workers(storage: Storage, study: str, n: int, out: Path,
-                   progress: _Tally, problem: Problem) -> None:
+def _missing(problem: Problem, storage: Storage, study: str) -> str | None:
+    """What the study lacks, in words; None when every chunk or trial is stored."""
+    done, total, unit = _state(problem, storage, study)
+    if done >= total:
+        return None
+    holders = _holders(problem, storage, study)
+    running = f", {sum(holders.values())} running ({_by_worker(holders)})" if holders else ""
+    return f"{total - done} of {total} {unit} are not stored{running}"
+
+
+def _spawn_workers(storage: Storage, study: str, n: int, out: Path, progress: _Tally,
+                   problem: Problem, lease_s: float) -> list[tuple[int, int, str]]:
+    """Run ``n`` local workers until they end; (index, exit code, last log line) of each one
+    that failed."""
     env = dict(os.environ, **{STORAGE_ENV: storage.url})
     logs = [out / f"worker-{i}.log" for i in range(n)]
     procs = []
@@ -249,7 +347,7 @@ def _spawn_workers(storage: Storage, study: str, n: int, out: Path,
         with open(logs[i], "wb") as log:
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "dse", "search", "worker", "--study", study,
-                 "--worker-index", str(i), "--quiet"],
+                 "--worker-index", str(i), "--lease-seconds", repr(lease_s), "--quiet"],
                 env=env, stdout=log, stderr=subprocess.STDOUT))
     try:
         while any(p.poll() is None for p in procs):
@@ -261,25 +359,32 @@ def _spawn_workers(storage: Storage, study: str, n: int, out: Path,
         for p in procs:
             p.wait()
         raise
-    failed = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode != 0]
-    if failed:
-        i, code = failed[0]
-        tail = logs[i].read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-        raise SearchError(f"worker {i} exited with code {code} ({tail[0]}); completed work is "
-                          f"in the study: continue with --resume --study {study}")
-    for log in logs:
-        log.unlink(missing_ok=True)
+    failed = []
+    for i, p in enumerate(procs):
+        if p.returncode != 0:
+            tail = logs[i].read_text(errors="replace").strip().splitlines()[-1:]
+            failed.append((i, p.returncode, tail[0] if tail else "no output"))
+    for i, log in enumerate(logs):
+        if i not in {f[0] for f in failed}:
+            log.unlink(missing_ok=True)
+    return failed
 
 
 def run_search(request: SearchRequest, notify: Notify = _silent,
                progress: Progress = _silent) -> SearchOutcome:
     """Run (or resume) the search ``request`` asks for; ``notify`` hears what it is doing,
-    ``progress`` how much of the study is done."""
+    ``progress`` how much of the study is done. Results are written only from a complete
+    study; a study that cannot be completed raises SearchError saying what is missing."""
     started = time.perf_counter()
+    since = time.time()
     if request.workers < 1:
         raise SearchError("--workers must be at least 1")
+    if not request.lease_s > 0:
+        raise SearchError(f"--lease-seconds {request.lease_s}: give a positive number")
     if request.results_format not in RESULTS_FORMATS:
         raise SearchError(f"--results {request.results_format}: use parquet or csv")
+    if request.storage is not None and not request.storage.strip():
+        open_storage(request.storage)  # says it is empty, and where it may come from
     if request.resume:
         if request.study is None:
             raise SearchError("--resume needs --study NAME (printed when the search started)")
@@ -294,12 +399,13 @@ def run_search(request: SearchRequest, notify: Notify = _silent,
         settings = _check_resume_options(request, stored, study)
         problem = Problem(settings)
         _prepare_out(out)
-        if settings.engine == "exhaustive":
-            recovered = storage.release_running(study)
-        else:
-            recovered = opt.recover(problem, storage, study)
-        unit = "chunks" if settings.engine == "exhaustive" else "trials"
+        rebuilt = _repair(problem, storage, study)
+        # Only gone workers' work: live workers elsewhere keep theirs, and we wait for them.
+        recovered = sum(_reclaim(problem, storage, study).values())
+        unit = _unit(problem)
         note = f" ({recovered} interrupted {unit} to redo)" if recovered else ""
+        if rebuilt:
+            note += " (rebuilt the work list its creation left unfinished)"
         notify(f"resuming study {study} in {storage.shown}{note}")
     else:
         settings = new_settings(request)
@@ -315,30 +421,64 @@ def run_search(request: SearchRequest, notify: Notify = _silent,
             if created:
                 _remove_empty(out)
             raise
-        storage.create_study(study, settings.to_json())
-        if settings.engine == "exhaustive":
-            storage.add_chunks(study, exhaustive.chunk_count(problem))
-        else:
+        chunks = exhaustive.chunk_count(problem) if settings.engine == "exhaustive" else 0
+        storage.create_study(study, settings.to_json(), chunks)  # one transaction
+        if settings.engine == "optuna":
+            # A kill before this leaves settings without an Optuna study: --resume creates it.
             opt.create(problem, storage, study)
         notify(f"study {study} in {storage.shown}: {settings.engine} engine, "
                f"{_describe_size(problem)}")
+    again = resume_command(study, out, request.storage)
     tally = _Tally(progress, *_state(problem, storage, study))
     try:
         if request.workers == 1:
-            _work(problem, storage, study, 0, tally)
+            _work(problem, storage, study, 0, tally, notify, request.lease_s)
         else:
-            _spawn_workers(storage, study, request.workers, out, tally, problem)
+            failed = _spawn_workers(storage, study, request.workers, out, tally, problem,
+                                    request.lease_s)
+            missing = _missing(problem, storage, study)
+            if failed and missing is not None:
+                i, code, tail = failed[0]
+                raise SearchError(f"worker {i} exited with code {code} ({tail}); {missing}; "
+                                  f"completed work is kept in the study: continue with {again}")
+            for i, code, _tail in failed:
+                notify(f"worker {i} exited with code {code}; the other workers finished its "
+                       f"work (its log: {out / f'worker-{i}.log'})")
     except KeyboardInterrupt:
-        again = f"dse search --resume --study {study}" + (
-            f" --out {out}" if request.out is not None else "") + (
-            " --storage URL" if request.storage is not None else "")
         raise SearchInterrupted(f"search interrupted; completed work is kept in the study: "
-                                f"continue with `{again}`") from None
+                                f"continue with {again}") from None
     tally(done=_state(problem, storage, study)[0])
     outcome = collect(problem, storage, study, out, request)
     outcome.seconds = time.perf_counter() - started
     _write_summary(outcome, request)
+    _remove_leftovers(out, since)
     return outcome
+
+
+def _repair(problem: Problem, storage: Storage, study: str) -> bool:
+    """Rebuild what a kill during the study's creation left out; True when it did."""
+    if problem.settings.engine == "exhaustive":
+        return storage.add_missing_chunks(study, exhaustive.chunk_count(problem)) > 0
+    return opt.ensure(problem, storage, study)
+
+
+# write_atomic's temporary names: ".results.parquet.<random>.tmp".
+_LEFTOVER_TMP = re.compile(r"^\.(results\.|ranked\.)?(parquet|csv|summary\.json)\..+\.tmp$")
+_WORKER_LOG = re.compile(r"^worker-\d+\.log$")
+
+
+def _remove_leftovers(out: Path, since: float) -> None:
+    """Remove what killed runs left in ``out``: temporary result files and empty worker logs
+    older than this run (a concurrent run's are newer and stay)."""
+    for path in out.iterdir():
+        if not (_LEFTOVER_TMP.match(path.name) or _WORKER_LOG.match(path.name)):
+            continue
+        try:
+            stat = path.stat()
+            if stat.st_mtime < since and (_LEFTOVER_TMP.match(path.name) or stat.st_size == 0):
+                path.unlink()
+        except OSError:
+            pass
 
 
 def _remove_empty(folder: Path) -> None:
@@ -362,14 +502,18 @@ class WorkerOutcome:
     unit: str  # "chunks" or "trials"
 
 
-def run_worker(storage_url: str, study: str, index: int,
-               progress: Progress = _silent) -> WorkerOutcome:
-    """Join ``study`` and work until it is done; returns how much ran here."""
+def run_worker(storage_url: str, study: str, index: int, progress: Progress = _silent,
+               notify: Notify = _silent, lease_s: float = LEASE_S) -> WorkerOutcome:
+    """Join ``study`` and work until every chunk or trial of it is stored (waiting for other
+    workers' and taking back gone workers'); returns how much ran here."""
+    if not lease_s > 0:
+        raise SearchError(f"--lease-seconds {lease_s}: give a positive number")
     storage = open_storage(storage_url)
     settings = Settings.from_json(storage.settings(study))
     problem = Problem(settings)
+    _repair(problem, storage, study)
     tally = _Tally(progress, *_state(problem, storage, study))
-    ran = _work(problem, storage, study, index, tally)
+    ran = _work(problem, storage, study, index, tally, notify, lease_s)
     return WorkerOutcome(ran, tally.unit)
 
 
@@ -390,8 +534,13 @@ def _order_columns(frame: pd.DataFrame, knobs: list[str]) -> pd.DataFrame:
 
 def collect(problem: Problem, storage: Storage, study: str, out: Path,
             request: SearchRequest) -> SearchOutcome:
-    """Rank the study's results and write them (atomically) into ``out``."""
+    """Rank the study's results and write them (atomically) into ``out``; refuses a study
+    that is not complete (SearchError naming what is missing)."""
     settings = problem.settings
+    missing = _missing(problem, storage, study)
+    if missing is not None:
+        raise SearchError(f"study {study} is not complete: {missing}; continue with "
+                          f"{resume_command(study, out, request.storage)}")
     if settings.engine == "exhaustive":
         frame = exhaustive.read_chunks(storage, study)
         counts = storage.chunk_states(study)

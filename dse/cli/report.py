@@ -258,8 +258,9 @@ def _cmd_feature_overhead(args: argparse.Namespace) -> int:
 
 
 def write_search_report(folder: Path, results: pd.DataFrame, title: str,
-                        command: str | None = None) -> Path:
-    """The report of a search: its Pareto front and its target results; ``command`` is
+                        command: str | None = None, target=None) -> Path:
+    """The report of a search: its Pareto front and its target results (``target``: the
+    search's :class:`search.target.Target`, drawn as the chart's edges); ``command`` is
     recorded on the page."""
     import reports
 
@@ -267,7 +268,9 @@ def write_search_report(folder: Path, results: pd.DataFrame, title: str,
     sections = [reports.Section("pareto", "Accuracy against speedup, Pareto front",
                                 reports.pareto_chart(pareto), pareto)]
     if "speedup_over_baseline" in results.columns:
-        target = reports.target_data(results)
+        data = reports.target_data(results)
+        chart = (reports.target_chart(data) if target is None else
+                 reports.target_chart(data, target.ratio, target.max_acc_drop, target.text))
         sections.append(reports.Section("target", "Speedup over the baseline against accuracy "
-                                        "drop", reports.target_chart(target), target))
+                                        "drop", chart, data))
     return reports.write_report(folder, title, sections, command=command)

@@ -165,7 +165,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         from .report import write_search_report
 
         index = write_search_report(args.report, outcome.results, f"dse search {outcome.study}",
-                                    args.command_line)
+                                    args.command_line, outcome.problem.target)
         print(f"wrote {index}")
     return 0
 
