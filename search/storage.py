@@ -156,8 +156,8 @@ def open_storage(url: str) -> Storage:
         with engine.begin() as conn:
             _META.create_all(conn, checkfirst=True)
     except ModuleNotFoundError as exc:
-        raise StorageError(f"--storage {shown}: the database driver is missing ({exc.name}); "
-                           "pip install psycopg2-binary") from None
+        raise StorageError(f"--storage {shown}: the PostgreSQL driver (psycopg 3) is missing "
+                           f"({exc.name}); pip install 'sparsity-dse[postgres]'") from None
     except sa.exc.SQLAlchemyError as exc:
         reason = str(getattr(exc, "orig", exc) or exc).strip().splitlines()
         reason_text = reason[0] if reason else type(exc).__name__

@@ -323,3 +323,13 @@ def test_bad_inputs_are_one_line_and_leave_nothing(tmp_path, postgres_url, argv,
 def test_an_unusable_storage_url_is_named(tmp_path):
     with pytest.raises(StorageError, match="--storage is empty"):
         open_storage("  ")
+
+
+def test_postgres_without_its_extra_names_the_extra(monkeypatch):
+    from search.storage import StorageError, open_storage
+
+    for name in ("psycopg", "psycopg2"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if the extra were not installed
+    with pytest.raises(StorageError, match=r"sparsity-dse\[postgres\]") as caught:
+        open_storage("postgresql://user:secret@127.0.0.1:1/db")
+    assert "secret" not in str(caught.value)
