@@ -65,7 +65,13 @@ def _flat_spec(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
         return own
     if not isinstance(parent_name, str):
         raise SpecError(f"{path}: extends must be a catalog name or a path string")
-    parent_path = resolve_path(parent_name, relative_to=path.parent)
+    try:
+        parent_path = resolve_path(parent_name, relative_to=path.parent)
+    except SpecError as exc:
+        raise SpecError(f"{path}: extends = {parent_name!r}: {exc}") from None
+    if not parent_path.is_file():
+        raise SpecError(f"{path}: extends = {parent_name!r}, but {parent_path} is not a file; "
+                        "give a catalog name (see `dse hw list`) or an existing .toml path")
     merged = _flat_spec(parent_path, (*chain, resolved))
     # Identity does not inherit: a derived GPU is not its parent.
     for key in ("name", "aliases", "description"):
@@ -112,17 +118,28 @@ def derive(base: str | Path | Mapping[str, Any], values: Mapping[str, Any] | Non
     else:
         path = resolve_path(str(base))
         flat, stem, where = _flat_spec(path), path.stem, where or str(path)
+    base_flat = flat
     flat = apply_overrides(flat, overrides)
     for field in values:
         if field not in FIELDS:
             raise SpecError(f"{where}: unknown hardware field {field!r}; fields: see "
                             "`dse hw show a100`")
     flat.update({k: list(v) if isinstance(v, tuple) else v for k, v in values.items()})
-    accelerator = build(flat, where=where, name=stem)
-    if name is not None:
-        return replace(accelerator, name=name)
     changes = (*(o.strip() for o in overrides),
                *(f"{k}={_value_text(v)}" for k, v in values.items()))
+    try:
+        accelerator = build(flat, where=where, name=stem)
+    except SpecError:
+        if not changes:
+            raise
+        # A base that builds on its own is not to blame: name the changes that broke it.
+        build(base_flat, where=where, name=stem)
+        shown = " ".join(f"--set {o.strip()}" for o in overrides)
+        shown = "; ".join(filter(None, (shown, *changes[len(overrides):])))
+        build(flat, where=f"{shown} (on {stem})", name=stem)
+        raise
+    if name is not None:
+        return replace(accelerator, name=name)
     if not changes:
         return accelerator
     # The name carries the changes so that result tables stay unambiguous.

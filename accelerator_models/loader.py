@@ -25,17 +25,22 @@ from .spec import (
 
 __all__ = ["FIELDS", "parse_spec_file", "build", "apply_overrides", "parse_pattern"]
 
-_PATTERN = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
+_PATTERN = re.compile(r"^\s*(\d{1,18})\s*:\s*(\d{1,18})\s*$")
+#: The largest group size M of a pattern: the formats' own bound (formats.nm.MAX_M), repeated
+#: here because the ground packages import nothing of each other.
+MAX_PATTERN_M = 2**16
 
 
 def parse_pattern(text: str, where: str) -> tuple[int, int]:
-    """Parse an N:M pattern such as ``"2:4"`` with 1 <= N < M."""
+    """Parse an N:M pattern such as ``"2:4"`` with 1 <= N < M <= 65,536."""
     match = _PATTERN.match(text) if isinstance(text, str) else None
+    if match is None and isinstance(text, str) and re.match(r"^\s*\d+\s*:\s*\d+\s*$", text):
+        raise SpecError(f"{where}: pattern {text!r} needs 1 <= N < M <= {MAX_PATTERN_M:,}")
     if match is None:
         raise SpecError(f"{where}: {text!r} is not an N:M pattern; write it like \"2:4\"")
     n, m = int(match.group(1)), int(match.group(2))
-    if not 1 <= n < m:
-        raise SpecError(f"{where}: pattern {text!r} needs 1 <= N < M")
+    if not 1 <= n < m <= MAX_PATTERN_M:
+        raise SpecError(f"{where}: pattern {text!r} needs 1 <= N < M <= {MAX_PATTERN_M:,}")
     return n, m
 
 

@@ -17,7 +17,28 @@ use, so ``import dse`` stays light.
 (['dense', '2:4'], ['unfused', 'unfused'])
 """
 
-from .roofline import (
+import os as _os
+import sys as _sys
+
+
+def _numba_cache_dir() -> None:
+    """Keep numba's compiled kernels out of the installed package: by default numba caches them
+    in ``__pycache__`` beside the source, i.e. inside ``site-packages/dse``, where a later
+    ``pip install -e`` leaves them behind as a folder that shadows the editable install. They
+    go to the user's cache folder instead, ``$XDG_CACHE_HOME/dse/numba`` (``~/.cache/dse/numba``
+    by default), unless the user set ``NUMBA_CACHE_DIR``. Must run before numba decorates the
+    kernels (it picks the cache folder then), i.e. before ``dse.roofline`` is imported."""
+    if _os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    base = _os.environ.get("XDG_CACHE_HOME") or _os.path.join(_os.path.expanduser("~"), ".cache")
+    _os.environ["NUMBA_CACHE_DIR"] = _os.path.join(base, "dse", "numba")
+    if "numba" in _sys.modules:  # imported before dse: make it read the setting again
+        _sys.modules["numba"].core.config.reload_config()
+
+
+_numba_cache_dir()
+
+from .roofline import (  # noqa: E402 - after the numba cache folder is set
     DTYPE_BYTES,
     FUSIONS,
     SCOPES,

@@ -3,7 +3,7 @@
 Grammar (case-insensitive, spaces ignored)::
 
     format       := "dense" | nm | block | unstructured
-    nm           := N ":" M                       2:4, 1:4, 2:8, 2:16   (1 <= N < M)
+    nm           := N ":" M                       2:4, 1:4, 2:8, 2:16   (1 <= N < M <= 65,536)
     block        := "block" B "@" sparsity        block4@87.5%, block16@0.9   (1 <= B <= 64)
     unstructured := ("unstructured" | "csr") "@" sparsity
                                                   unstructured@0.875, csr@90%
@@ -20,7 +20,7 @@ import re
 from .base import Format, FormatError
 from .block import Block
 from .dense import Dense
-from .nm import NM
+from .nm import MAX_M, NM, RULE
 from .unstructured import Unstructured
 
 __all__ = ["parse", "GRAMMAR_HELP"]
@@ -32,6 +32,11 @@ _NM = re.compile(r"^(\d+):(\d+)$")
 _BLOCK = re.compile(r"^block(\d+)@(.+)$")
 _UNSTRUCTURED = re.compile(r"^(?:unstructured|csr)@(.+)$")
 _NUMBER = re.compile(r"^[-+]?[0-9]*\.?[0-9]+(?:e[-+]?\d+)?$")
+
+
+def _whole(digits: str) -> int:
+    # Python refuses int() of over 4,300 digits; anything past 18 is out of range anyway.
+    return int(digits) if len(digits) <= 18 else 10**18
 
 
 def _sparsity(text: str, spec: str) -> float:
@@ -57,14 +62,15 @@ def parse(spec: str | Format) -> Format:
     if text == "dense":
         return Dense()
     if match := _NM.match(text):
-        n, m = int(match.group(1)), int(match.group(2))
-        if not 1 <= n < m:
-            raise FormatError(f"format {spec!r}: N:M needs 1 <= N < M, e.g. 2:4")
+        n, m = _whole(match.group(1)), _whole(match.group(2))
+        if not 1 <= n < m <= MAX_M:
+            raise FormatError(f"format {spec!r}: {RULE}")
         return NM(n, m)
     if match := _BLOCK.match(text):
-        block = int(match.group(1))
+        block = _whole(match.group(1))
         if not 1 <= block <= 64:
-            raise FormatError(f"format {spec!r}: block size {block} is out of range; use 1 to 64")
+            raise FormatError(f"format {spec!r}: block size {match.group(1)} is out of range; "
+                              "use 1 to 64")
         return Block(block, _sparsity(match.group(2), spec))
     if match := _UNSTRUCTURED.match(text):
         return Unstructured(_sparsity(match.group(1), spec))

@@ -9,6 +9,14 @@ import numpy as np
 
 from .base import Capabilities, Format, FormatError, Unit
 
+#: The largest group size M. Far beyond any layer's K (a group must divide K), and small enough
+#: that the sparsity 1 - N/M stays below 1 in float64 (1:10**20 would round to 100%).
+MAX_M = 2**16
+
+
+#: The rule an N:M format must follow, as error messages state it.
+RULE = f"N:M needs 1 <= N < M <= {MAX_M:,} (e.g. 2:4)"
+
 
 @dataclass(frozen=True)
 class NM(Format):
@@ -19,8 +27,8 @@ class NM(Format):
     unit = Unit.SPARSE_TENSOR
 
     def __post_init__(self) -> None:
-        if not 1 <= self.n < self.m:
-            raise FormatError(f"N:M format {self.n}:{self.m} needs 1 <= N < M (e.g. 2:4)")
+        if not 1 <= self.n < self.m <= MAX_M:
+            raise FormatError(f"N:M format {self.n}:{self.m}: {RULE}")
 
     @property
     def name(self) -> str:

@@ -29,6 +29,9 @@ import pandas as pd
 
 __all__ = [
     "COLUMNS",
+    "MAX_BATCH",
+    "MAX_COUNT",
+    "MAX_PER_SAMPLE",
     "OPTIONAL",
     "GEMM_KINDS",
     "KINDS",
@@ -69,6 +72,20 @@ OPTIONAL: dict[str, type] = {"density": float}
 #: Columns that scale with the batch size (stored per sample).
 PER_SAMPLE = ("n", "input_elems", "output_elems", "vector_flops")
 
+# Supported ranges: chosen so that no intermediate overflows and every count stays exact.
+#: The largest batch size: ``MAX_PER_SAMPLE * MAX_BATCH = 2**53``, so every batch-scaled
+#: element count is an exact integer in both int64 and float64.
+MAX_BATCH = 2**24
+#: The largest per-sample count of a batch-scaled integer column (``n``, ``input_elems``,
+#: ``output_elems``) and of the model input (``prod(input_shape)``): 2**29, 128x the largest
+#: in the shipped traces.
+MAX_PER_SAMPLE = 2**53 // MAX_BATCH
+#: The largest per-op (and whole-model) weight elements, ``groups * m * k``, dense FLOPs per
+#: sample (``2 * groups * m * k * n``) and ``vector_flops`` per sample: 2**53, exact in
+#: float64. Batch-scaled FLOPs are float64 (below 2**77, never infinite); the shipped traces
+#: peak at 2**35 FLOPs per sample.
+MAX_COUNT = 2**53
+
 
 class TraceError(ValueError):
     """A trace that cannot be used; the message names the file, the op and the column."""
@@ -85,12 +102,14 @@ def _check_value(column: str, value: Any, where: str) -> Any:
         if value < 0:
             raise TraceError(f"{where}: column {column!r} is negative ({value}); "
                              "dimensions and element counts are >= 0")
+        _check_range(column, value, where)
         return value
     if expected is float:
         if isinstance(value, bool) or not isinstance(value, int | float) \
                 or not math.isfinite(value) or value < 0:
             raise TraceError(f"{where}: column {column!r} must be a finite number >= 0, "
                              f"got {value!r}")
+        _check_range(column, value, where)
         return float(value)
     if expected is bool:
         if not isinstance(value, bool):
@@ -103,6 +122,20 @@ def _check_value(column: str, value: Any, where: str) -> Any:
     if not isinstance(value, str) or not value:
         raise TraceError(f"{where}: column {column!r} must be a non-empty string")
     return value
+
+
+def _power(limit: int) -> str:
+    return f"2**{limit.bit_length() - 1} ({limit:,})"
+
+
+def _check_range(column: str, value: float, where: str) -> None:
+    per_sample = column in PER_SAMPLE and column != "vector_flops"
+    limit = MAX_PER_SAMPLE if per_sample else MAX_COUNT
+    if value > limit:
+        why = (f"per sample, so that it times the largest batch ({MAX_BATCH:,}) stays exact"
+               if per_sample else "so that it stays exact in float64")
+        raise TraceError(f"{where}: column {column!r} is {value:.6g}, above the supported "
+                         f"{_power(limit)} {why}")
 
 
 # eq=False: identity hashing, so evaluations can cache prices per trace object.
@@ -134,6 +167,11 @@ class Trace:
             raise TraceError(f"{where}: input_shape must be a list of positive integers "
                              f"(per sample, e.g. [3, 224, 224]), got {list(input_shape)!r}")
         model_input_elems = math.prod(shape)
+        if model_input_elems > MAX_PER_SAMPLE:
+            raise TraceError(f"{where}: input_shape {list(shape)} has {model_input_elems:.6g} "
+                             f"elements, above the supported {_power(MAX_PER_SAMPLE)} per "
+                             f"sample (times the largest batch, {MAX_BATCH:,}, it must stay "
+                             "exact)")
         rows = []
         seen: set[str] = set()
         for index, record in enumerate(records):
@@ -152,6 +190,13 @@ class Trace:
             row["density"] = _check_density(record.get("density"), row, label)
             seen.add(row["name"])
             rows.append(row)
+        for column, total in (("weight_elems", sum(r["weight_elems"] for r in rows)),
+                              ("vector_flops", sum(r["vector_flops"] for r in rows)),
+                              ("dense FLOPs (2*groups*m*k*n)",
+                               sum(2 * r["groups"] * r["m"] * r["k"] * r["n"] for r in rows))):
+            if total > MAX_COUNT:
+                raise TraceError(f"{where}: the model's total {column} per sample is "
+                                 f"{total:.6g}, above the supported {_power(MAX_COUNT)}")
         ops = pd.DataFrame(rows, columns=[*COLUMNS, *OPTIONAL])
         ops = ops.astype({c: "int64" for c, t in COLUMNS.items() if t is int}
                          | {"vector_flops": "float64", "prunable": "bool",
@@ -191,6 +236,8 @@ class Trace:
         """The op table with every per-sample column multiplied by ``batch``."""
         if isinstance(batch, bool) or not isinstance(batch, int | np.integer) or batch < 1:
             raise TraceError(f"batch must be a positive integer, got {batch!r}")
+        if batch > MAX_BATCH:
+            raise TraceError(f"batch {batch} is above the largest supported, {MAX_BATCH:,}")
         ops = self.ops.copy()
         for column in (*PER_SAMPLE, "model_input_elems", "model_output_elems"):
             ops[column] = ops[column] * batch
@@ -236,6 +283,12 @@ def _check_op(row: dict[str, Any], label: str, seen: set[str], model_input_elems
         raise TraceError(f"{label}: groups must be >= 1")
     gemm = row["kind"] in GEMM_KINDS
     dims = (row["m"], row["k"], row["n"])
+    # Python integers: the products below cannot overflow before they are checked.
+    weights, flops = row["groups"] * row["m"] * row["k"], 2 * row["groups"] * math.prod(dims)
+    for what, value in (("groups*m*k", weights), ("dense FLOPs 2*groups*m*k*n", flops)):
+        if value > MAX_COUNT:
+            raise TraceError(f"{label}: {what} = {value:.6g} (m, k, n = {dims}, groups "
+                             f"{row['groups']}) is above the supported {_power(MAX_COUNT)}")
     if gemm and min(dims) < 1:
         raise TraceError(f"{label}: a {row['kind']} op needs m, k and n >= 1, got {dims}")
     if not gemm and any(dims):

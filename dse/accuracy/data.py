@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["AccuracyError", "Dataset", "load_dataset"]
+__all__ = ["AccuracyError", "Dataset", "check_dataset", "load_dataset"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm")
 
@@ -89,21 +89,42 @@ def _load_images(paths: list[Path], img_size: int):
     return torch.stack(tensors)
 
 
-def _image_folder(root: Path, img_size: int, seed: int, limit: int | None) -> Dataset:
-    import torch
-
+def _folder_files(root: Path) -> tuple[dict[str, list[Path]], dict[str, list[Path]] | None,
+                                        list[str]]:
+    """The training and validation files of an ImageFolder tree (``None``: split here) and
+    its classes; refuses a missing folder and one without images."""
     if not root.is_dir():
         raise AccuracyError(f"--dataset {root}: no such folder; give an ImageFolder tree "
                             "(ROOT/CLASS/*.png, or ROOT/train and ROOT/val) or 'digits'")
     splits = (root / "train", root / "val")
-    if all(s.is_dir() for s in splits):
-        train_files, val_files = (_folder_images(s) for s in splits)
-    else:
-        train_files, val_files = _folder_images(root), None
+    try:
+        if all(s.is_dir() for s in splits):
+            train_files, val_files = (_folder_images(s) for s in splits)
+        else:
+            train_files, val_files = _folder_images(root), None
+    except OSError as exc:
+        raise AccuracyError(f"--dataset {root}: cannot read the folder "
+                            f"({exc.strerror or exc})") from None
     classes = sorted(c for c, files in train_files.items() if files)
     if not classes:
         raise AccuracyError(f"--dataset {root}: holds no images (expected ROOT/CLASS/*.png "
                             f"with one of {', '.join(IMAGE_SUFFIXES)})")
+    if val_files is not None and not any(val_files.get(c) for c in classes):
+        raise AccuracyError(f"--dataset {root}: val/ holds no images")
+    return train_files, val_files, classes
+
+
+def check_dataset(spec: str) -> None:
+    """Refuse a ``--dataset`` that cannot be loaded, without loading it: ``digits`` or an
+    ImageFolder tree with images."""
+    if spec != "digits":
+        _folder_files(Path(spec))
+
+
+def _image_folder(root: Path, img_size: int, seed: int, limit: int | None) -> Dataset:
+    import torch
+
+    train_files, val_files, classes = _folder_files(root)
     index = {c: i for i, c in enumerate(classes)}
 
     def gather(files):

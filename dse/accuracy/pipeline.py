@@ -28,15 +28,20 @@ from pathlib import Path
 import formats
 from formats import NM, Block, Format, Unstructured
 
-from .data import AccuracyError, Dataset, load_dataset
+from .data import AccuracyError, Dataset, check_dataset, load_dataset
 
-__all__ = ["DEFAULT_LEVELS", "DEFAULT_PATTERNS", "AccuracyConfig", "Stage", "environment",
-           "plan", "run_accuracy", "table_frame"]
+__all__ = ["DEFAULT_LEVELS", "DEFAULT_PATTERNS", "MAX_IMG_SIZE", "AccuracyConfig", "Stage",
+           "check_config", "environment", "plan", "run_accuracy", "table_frame"]
 
 DEFAULT_PATTERNS = ("unstructured", "block2", "block4", "block8", "block16", "block32",
                     "2:4", "1:4", "2:8", "2:16")
 DEFAULT_LEVELS = (0.5, 0.75, 0.875, 0.9375, 0.96875)
 MODEL_ALIASES = {"swin_tiny": "swin_tiny_patch4_window7_224"}
+#: The largest input size: the data set is held in memory, 3 x size^2 floats an image (the
+#: 1,797 digits at 512 px take 5.7 GB).
+MAX_IMG_SIZE = 512
+#: Seeds seed torch's generators (seed + 1000 + level for the fine-tuning ones).
+MAX_SEED = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -66,17 +71,45 @@ class Stage:
     fmt: Format
 
 
+def check_config(config: AccuracyConfig, work_dir: Path,
+                 checkpoints_dir: Path | None = None) -> None:
+    """Refuse a configuration that cannot run, in a moment and before anything is created or
+    trained: every number in range, the patterns and levels, the data set and checkpoint
+    present, the work folder usable (and, when resuming, holding the same settings)."""
+    plan(config.patterns, config.levels)
+    for what, value, low in (("--lr", config.lr, "> 0"), ("weight decay", config.weight_decay,
+                                                            ">= 0")):
+        if not math.isfinite(value) or (value <= 0 if low == "> 0" else value < 0):
+            raise AccuracyError(f"{what} {value!r}: must be a finite number {low}, e.g. 1e-3")
+    if not 0 <= config.seed <= MAX_SEED:
+        raise AccuracyError(f"--seed {config.seed}: must be from 0 to {MAX_SEED:,}")
+    if not 1 <= config.img_size <= MAX_IMG_SIZE:
+        raise AccuracyError(f"--img-size {config.img_size}: must be from 1 to {MAX_IMG_SIZE} "
+                            "(the images are held in memory)")
+    check_dataset(config.dataset)
+    if config.checkpoint is not None and not Path(config.checkpoint).is_file():
+        raise AccuracyError(f"--checkpoint {config.checkpoint}: no such file; give the path "
+                            "of a saved state dict (.pt)")
+    for option, folder in (("--work-dir", work_dir), ("--save-checkpoints", checkpoints_dir)):
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise AccuracyError(f"{option} {folder}: is a file, not a folder")
+    _State.open(work_dir, config)  # a resume with other settings fails here
+
+
 def _pattern_chain(pattern: str, levels: Sequence[float]) -> list:
     text = pattern.strip().lower()
     if text == "unstructured":
         return [Unstructured(s) for s in levels]
-    if text.startswith("block") and text[5:].isdigit():
-        return [Block(int(text[5:]), s) for s in levels]
-    fmt = formats.parse(text) if ":" in text else None
+    try:
+        if text.startswith("block") and text[5:].isdigit():
+            return [formats.parse(f"{text}@{s}") for s in levels]
+        fmt = formats.parse(text) if ":" in text else None
+    except formats.FormatError as exc:
+        raise AccuracyError(f"--patterns {pattern}: {exc}") from None
     if isinstance(fmt, NM):
         return []  # N:M chains are built per N below
-    raise AccuracyError(f"unknown pattern {pattern!r}; use unstructured, blockB (B = 1..64) "
-                        "or N:M (e.g. 2:4)")
+    raise AccuracyError(f"--patterns: unknown pattern {pattern!r}; use unstructured, blockB "
+                        "(B = 1..64) or N:M (e.g. 2:4)")
 
 
 def plan(patterns: Sequence[str], levels: Sequence[float]) -> list[Stage]:
@@ -85,7 +118,7 @@ def plan(patterns: Sequence[str], levels: Sequence[float]) -> list[Stage]:
         raise AccuracyError("no patterns given; use e.g. --patterns unstructured,block4,2:4")
     for level in levels:
         if not 0.0 < level < 1.0:
-            raise AccuracyError(f"sparsity level {level} is outside (0, 1)")
+            raise AccuracyError(f"--levels: sparsity level {level:g} is outside (0, 1)")
     stages: list[Stage] = []
     nm_max: dict[int, int] = {}
     for pattern in patterns:
@@ -208,29 +241,45 @@ class _State:
 
     @classmethod
     def open(cls, work_dir: Path, config: AccuracyConfig) -> _State:
+        """The saved state of ``work_dir``; the folder itself is created with the first save,
+        so that a run refused before any work leaves nothing behind."""
         path = work_dir / "state.json"
         wanted = json.loads(json.dumps(asdict(config)))
         if path.exists():
-            saved = json.loads(path.read_text())
+            try:
+                saved = json.loads(path.read_text())
+                saved["config"], saved["models"]  # noqa: B018 - both keys must be there
+            except (OSError, ValueError, KeyError, TypeError):
+                raise AccuracyError(f"--work-dir {work_dir}: {path.name} is unreadable or "
+                                    "not a dse accuracy state; use a new --work-dir") from None
             if saved["config"] != wanted:
                 raise AccuracyError(f"--work-dir {work_dir} holds a run with other settings; "
                                     "resume with the same ones or use a new --work-dir")
             return cls(path, saved["config"], saved["models"])
-        work_dir.mkdir(parents=True, exist_ok=True)
         return cls(path, wanted)
 
     def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"config": self.config, "models": self.models}, indent=1))
-        os.replace(tmp, self.path)
+        text = json.dumps({"config": self.config, "models": self.models}, indent=1)
+        _replace_atomically(self.path, lambda tmp: tmp.write_text(text))
+
+
+def _replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """``write`` a temporary file beside ``path``, then rename it into place; an interrupt
+    (Ctrl-C) or a failure leaves no temporary file behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _save_tensor_file(obj, path: Path) -> None:
     import torch
 
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    _replace_atomically(path, lambda tmp: torch.save(obj, tmp))
 
 
 def run_accuracy(config: AccuracyConfig, work_dir: Path, log: Callable[[str], None] = print,
@@ -238,9 +287,11 @@ def run_accuracy(config: AccuracyConfig, work_dir: Path, log: Callable[[str], No
     """Run (or resume) the whole measurement; returns the table rows (accuracy in percent)."""
     import torch
 
+    check_config(config, work_dir, checkpoints_dir)
     stages = plan(config.patterns, config.levels)
-    state = _State.open(work_dir, config)
     data = load_dataset(config.dataset, config.img_size, config.seed, config.train_limit)
+    checkpoint = _load_checkpoint(config.checkpoint) if config.checkpoint else None
+    state = _State.open(work_dir, config)
     log(f"dataset {data.name}: {len(data.train_y)} training and {len(data.val_y)} validation "
         f"images, {data.classes} classes; {len(stages)} pruning stages per model")
     dense_lr = lambda e: _cosine(e, config.dense_epochs, config.lr)  # noqa: E731
@@ -258,7 +309,7 @@ def run_accuracy(config: AccuracyConfig, work_dir: Path, log: Callable[[str], No
             start = time.perf_counter()
             if config.checkpoint:
                 try:
-                    model.load_state_dict(_load_checkpoint(config.checkpoint))
+                    model.load_state_dict(checkpoint)
                 except RuntimeError as exc:  # missing keys or other shapes
                     raise AccuracyError(f"--checkpoint {config.checkpoint}: does not fit {name} "
                                         f"with {data.classes} classes "
@@ -347,11 +398,16 @@ def _load_checkpoint(path: str) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise AccuracyError(f"--checkpoint {path}: no such file") from None
-    except Exception as exc:
-        raise AccuracyError(f"--checkpoint {path}: not a readable state dict ({exc})") from None
+    except Exception as exc:  # torch explains over several lines; the first says what is wrong
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        first = first.strip().split(". ")[0].rstrip(".")[:160]
+        raise AccuracyError(f"--checkpoint {path}: not a readable state dict ({first})") from None
     for key in ("state_dict", "model"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
+    if not isinstance(state, dict):
+        raise AccuracyError(f"--checkpoint {path}: holds a {type(state).__name__}, not a "
+                            "state dict")
     return state
 
 

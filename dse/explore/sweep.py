@@ -9,6 +9,13 @@ A ``--vary`` names one dimension and its values::
     format.block=4,8,16                   the block size of every block format
 
 The sweep evaluates every combination; results carry one ``vary.NAME`` column per dimension.
+A format dimension must move at least one of the formats (N:M fixes its own sparsity, so
+``format.sparsity`` on 2:4 alone is an error); rows of the formats it does not move (dense,
+N:M) carry NaN in its column rather than a value that did not apply to them.
+
+Sizes are checked before any work: a sweep of more than :data:`MAX_ROWS` result rows
+(:data:`MAX_SIMULATED` with the simulator) is refused with its size, since it would be held in
+memory whole (about 330 bytes a row); search the space with ``dse search`` (Optuna) instead.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,14 +33,25 @@ import accelerator_models
 from accelerator_models import FIELDS
 from formats import Block, Format, Unstructured
 from formats import parse as parse_format
-from workloads import Trace
+from workloads import MAX_BATCH, Trace
 
 from ..roofline import DEFAULT_NUMERICS, Numerics
 from ..sim.fanout import SIMULATED_COLUMNS
 from .grid import ROOFLINE, Evaluator, evaluate_grid
 from .grid import Block as GridBlock
 
-__all__ = ["SweepError", "Vary", "parse_vary", "sweep"]
+#: ``progress(done, total, unit)``: the command line's status line.
+Progress = Callable[[int, int, str], None]
+
+__all__ = ["MAX_ROWS", "MAX_SIMULATED", "SweepError", "Vary", "parse_vary", "sweep",
+           "sweep_size"]
+
+#: The most result rows a sweep builds: about 0.7 GB of table in memory and half a minute of
+#: roofline evaluation on one core.
+MAX_ROWS = 2_000_000
+#: The most designs a sweep simulates (the event-level simulator runs about 10^2 to 10^3
+#: designs a second per worker).
+MAX_SIMULATED = 100_000
 
 FORMAT_PARAMS = ("sparsity", "block")
 _RANGE = re.compile(r"^\s*([^.]+(?:\.[^.]+)*?)\s*\.\.\s*([^:]+)\s*:\s*(\d+)\s*(?::\s*(log))?\s*$")
@@ -69,7 +87,12 @@ def _values(text: str, spec: str) -> list[float]:
     match = _RANGE.match(text)
     if match:
         low, high = _number(match.group(1), spec), _number(match.group(2), spec)
-        steps, log = int(match.group(3)), match.group(4) is not None
+        digits, log = match.group(3), match.group(4) is not None
+        steps = int(digits) if len(digits) <= 18 else MAX_ROWS + 1
+        if steps > MAX_ROWS:
+            raise SweepError(f"--vary {spec}: {digits} points is above the {MAX_ROWS:,} rows "
+                             "a sweep takes; use fewer points or search the space with "
+                             "`dse search`")
         if steps < 1 or low > high or (steps > 1 and low == high):
             raise SweepError(f"--vary {spec}: empty range; write LOW..HIGH:N with LOW < HIGH "
                              "and N >= 1, e.g. 1e12..8e12:8")
@@ -96,8 +119,9 @@ def parse_vary(spec: str) -> Vary:
                          "hw.dram_bandwidth_bytes_per_s=1e12..8e12:8")
     values = _values(text, spec)
     if name == "batch":
-        if any(v < 1 or not float(v).is_integer() for v in values):
-            raise SweepError(f"--vary {spec}: batch sizes are whole numbers >= 1")
+        if any(v < 1 or not float(v).is_integer() or v > MAX_BATCH for v in values):
+            raise SweepError(f"--vary {spec}: batch sizes are whole numbers >= 1 and at most "
+                             f"{MAX_BATCH:,}")
         return Vary(name, tuple(dict.fromkeys(int(v) for v in values)))
     if name.startswith("hw."):
         field = name[3:]
@@ -133,6 +157,32 @@ def parse_vary(spec: str) -> Vary:
                      "format.sparsity or format.block")
 
 
+def _moves(param: str, fmt: Format) -> bool:
+    """Whether the format parameter ``param`` changes ``fmt``."""
+    return isinstance(fmt, Block) or (param == "sparsity" and isinstance(fmt, Unstructured))
+
+
+def _check_format_dimensions(fmts: Sequence[Format], varies: Sequence[Vary]) -> None:
+    for v in varies:
+        param = v.name[7:]
+        if not any(_moves(param, f) for f in fmts):
+            takes = ("block and unstructured formats" if param == "sparsity"
+                     else "block formats")
+            given = ", ".join(f.name for f in fmts) or "none"
+            raise SweepError(f"--vary {v.name}: no --format takes it (given: {given}); it "
+                             f"moves {takes} only (N:M fixes its own sparsity, 1 - N/M); "
+                             "list the N:M patterns with --format instead")
+
+
+def sweep_size(traces: int, hardware: int, formats: Sequence[Format], varies: Sequence[Vary],
+               batches: int, fusions: int) -> int:
+    """The number of result rows of a sweep, known before any work."""
+    distinct = len({f for f in formats if f.family != "dense"}) + 1  # dense always
+    points = math.prod(len(v.values) for v in varies if v.name != "batch")
+    by_batch = next((len(v.values) for v in varies if v.name == "batch"), batches)
+    return traces * hardware * points * distinct * by_batch * fusions
+
+
 def _formats(formats: Sequence[Format], params: dict[str, float]) -> list[Format]:
     """``formats`` with the swept parameters applied where they mean something."""
     out = []
@@ -149,11 +199,14 @@ def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[
           formats: Sequence[str | Format], varies: Sequence[Vary], batches: Sequence[int] = (1,),
           fusion: Sequence[str] = ("unfused",), scope: str = "gemm",
           numerics: Numerics = DEFAULT_NUMERICS,
-          evaluator: Evaluator = ROOFLINE) -> pd.DataFrame:
+          evaluator: Evaluator = ROOFLINE, progress: Progress | None = None) -> pd.DataFrame:
     """Every combination of the ``varies`` (on top of ``batches`` when batch is not varied).
 
     ``evaluator``: :class:`dse.explore.Roofline` (default) or :class:`dse.explore.Simulator`,
     whose latencies and speedups then replace the roofline's (see :mod:`dse.explore.grid`).
+    ``progress(done, total, unit)`` hears of the hardware points built, then of the designs
+    evaluated. Raises :class:`SweepError` before any work when the sweep is larger than
+    :data:`MAX_ROWS` rows (:data:`MAX_SIMULATED` with the simulator).
     """
     names = [v.name for v in varies]
     if len(set(names)) != len(names):
@@ -163,23 +216,36 @@ def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[
         by_kind[v.name.split(".")[0]].append(v)
     batch_list = list(by_kind["batch"][0].values) if by_kind["batch"] else list(batches)
     fmts = [parse_format(f) for f in formats]
+    _check_format_dimensions(fmts, by_kind["format"])
+    size = sweep_size(len(traces), len(hardware), fmts, varies, len(batch_list), len(fusion))
+    limit = MAX_SIMULATED if evaluator.name == "simulate" else MAX_ROWS
+    if size > limit:
+        what = "designs to simulate" if evaluator.name == "simulate" else "rows"
+        raise SweepError(f"--vary: this sweep has {size:,} {what}, above the {limit:,} a sweep "
+                         "takes; vary fewer points, or search the space with `dse search` "
+                         "(Optuna)")
+    report = progress or (lambda done, total, unit: None)
     hw_grid = list(itertools.product(*(v.values for v in by_kind["hw"])))
     fmt_grid = list(itertools.product(*(v.values for v in by_kind["format"])))
     blocks, columns = [], []
-    for base in hardware:
-        accelerators = tuple(
-            accelerator_models.derive(base, {v.name[3:]: value for v, value in
-                                             zip(by_kind["hw"], values, strict=True)},
-                                      overrides=overrides)
-            for values in hw_grid)
+    hw_total = len(hardware) * len(hw_grid)
+    for h, base in enumerate(hardware):
+        accelerators = []
+        for i, values in enumerate(hw_grid):
+            accelerators.append(accelerator_models.derive(
+                base, {v.name[3:]: value for v, value in zip(by_kind["hw"], values,
+                                                             strict=True)},
+                overrides=overrides))
+            if i % 1000 == 0:
+                report(h * len(hw_grid) + i, hw_total, "hardware points")
+        accelerators = tuple(accelerators)
         for fvalues in fmt_grid:
             params = {v.name[7:]: value for v, value in zip(by_kind["format"], fvalues,
                                                               strict=True)}
             for trace in traces:
                 blocks.append(GridBlock(trace, accelerators, tuple(_formats(fmts, params))))
                 columns.append((base, params))
-    frames = evaluate_grid(blocks, batch_list, fusion=list(fusion), scope=scope,
-                           numerics=numerics, evaluator=evaluator)
+    frames = _evaluate(blocks, batch_list, list(fusion), scope, numerics, evaluator, size, report)
     for frame, block, (base, params) in zip(frames, blocks, columns, strict=True):
         per_hw = len(frame) // (len(block.accelerators) * len(fusion))
         hw_index = np.tile(np.repeat(np.arange(len(block.accelerators)), per_hw), len(fusion))
@@ -187,9 +253,27 @@ def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[
         for j, v in enumerate(by_kind["hw"]):
             frame[v.column] = np.array([vals[j] for vals in hw_grid])[hw_index]
         for v in by_kind["format"]:
-            frame[v.column] = params[v.name[7:]]
+            param = v.name[7:]
+            moved = {f.name for f in block.formats if _moves(param, f)}
+            frame[v.column] = np.where(frame["format"].isin(moved), params[param], np.nan)
         if by_kind["batch"]:
             frame[by_kind["batch"][0].column] = frame["batch"]
     out = pd.concat(frames, ignore_index=True)
     added = [c for c in SIMULATED_COLUMNS if c in out.columns]  # after the swept columns
     return out[[c for c in out.columns if c not in added] + added]
+
+
+def _evaluate(blocks: list[GridBlock], batches: list[int], fusion: list[str], scope: str,
+              numerics: Numerics, evaluator: Evaluator, total: int,
+              report: Callable[[int, int, str], None]) -> list[pd.DataFrame]:
+    if evaluator.name == "simulate":  # one fan-out over every block; it reports its own progress
+        return evaluate_grid(blocks, batches, fusion=fusion, scope=scope, numerics=numerics,
+                             evaluator=evaluator)
+    frames, done = [], 0
+    report(0, total, "designs")
+    for block in blocks:
+        frames.extend(evaluate_grid([block], batches, fusion=fusion, scope=scope,
+                                    numerics=numerics, evaluator=evaluator))
+        done += len(frames[-1])
+        report(done, total, "designs")
+    return frames
