@@ -269,14 +269,10 @@ INTERRUPTS = [
     ("sweep", [*SWEEP[:-2], "--format", "2:4", "--vary", "batch=1..1000:1000", "--vary",
                "hw.dram_bandwidth_bytes_per_s=1e12..8e12:1000", "--out", "s.parquet"],
      "dse: swept"),
-    pytest.param(
-        "sweep, simulated on two workers",
-        ["sweep", "--model", "convnext_base", "--hw", "a100", "--format", "2:4", "--vary",
-         "batch=1..4096:64", "--evaluator", "simulate", "--workers", "2", "--out", "s.parquet"],
-        "dse: simulated",
-        marks=pytest.mark.skip(reason="dse/sim/fanout.py: the process pool waits for every "
-                                      "queued design after Ctrl-C (hangs); it must cancel them "
-                                      "and its workers must ignore SIGINT")),
+    ("sweep, simulated on two workers",
+     ["sweep", "--model", "convnext_base", "--hw", "a100", "--format", "2:4", "--vary",
+      "batch=1..4096:64", "--evaluator", "simulate", "--workers", "2", "--out", "s.parquet"],
+     "dse: simulated"),
     ("simulate", ["simulate", "--model", "convnext_base", "--hw", "a100", "--format", "2:4",
                   "--batch", "4096", "--buffer-bytes", "500000", "--out", "sim.csv",
                   "--timeline", "timeline.csv"], "dse: simulated"),

@@ -21,11 +21,12 @@ from pathlib import Path
 import accelerator_models
 from accelerator_models import Accelerator
 from formats import parse as parse_format
-from workloads import Trace, load_trace
+from workloads import MAX_BATCH, Trace, load_trace
 
 from ..explore import ROOFLINE, Evaluator, Simulator
 from ..output import check_output_path, check_report_dir
-from ..roofline import FUSIONS, SCOPES, EvaluationError, Numerics
+from ..roofline import SCOPES, EvaluationError, Numerics
+from ..roofline.evaluator import fusion_models
 from ..sim import LOCAL, SimConfig, SimulationError
 from .progress import StatusLine
 
@@ -42,6 +43,7 @@ __all__ = [
     "add_sim_options",
     "batch_size",
     "check_outputs",
+    "fusion_model",
     "design_from_args",
     "evaluator_from_args",
     "numerics_from_args",
@@ -50,9 +52,6 @@ __all__ = [
     "sim_config_from_args",
 ]
 
-#: The largest batch size taken: per-sample sizes times the batch stay exact in float64 (2^53)
-#: for every shipped trace, and no count overflows int64 on the way.
-MAX_BATCH = 1 << 24
 
 
 class Parser(argparse.ArgumentParser):
@@ -91,6 +90,16 @@ def batch_size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is above the largest batch size taken, "
                                          f"{MAX_BATCH:,}")
     return value
+
+
+def fusion_model(text: str) -> str:
+    """An argparse type: a fusion model, ``FUSIONS`` or ``rules:NAME`` of a shipped table;
+    refused in argparse's own words, so a near miss gets a suggestion."""
+    allowed = fusion_models()
+    if text not in allowed:
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {text!r} (choose from {', '.join(map(repr, allowed))})")
+    return text
 
 
 def _number(text: str) -> float:
@@ -153,8 +162,10 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
     g.add_argument("--batch", dest="batches", action="append", type=batch_size, metavar="B",
                    help=f"batch size, 1 to {MAX_BATCH:,}" + said(batches))
     if fusion:
-        g.add_argument("--fusion", dest="fusions", action="append", choices=FUSIONS,
-                       help="fusion model (default unfused)")
+        g.add_argument("--fusion", dest="fusions", action="append", type=fusion_model,
+                       metavar="{" + ",".join(fusion_models()) + "}",
+                       help="fusion model (default unfused); rules:NAME fuses only the op-kind "
+                            "pairs a shipped rule table lists (`dse fusion-rules`)")
         g.add_argument("--scope", choices=SCOPES, default="gemm",
                        help="gemm: prunable weight GEMMs only; all: every op (default gemm)")
     if numerics:

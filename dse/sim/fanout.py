@@ -12,8 +12,9 @@ processes, or a Dask cluster (``dask="local"`` starts a LocalCluster of ``worker
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import signal
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 import pandas as pd
@@ -97,12 +98,25 @@ class _Counter:
         self.progress(self.done, self.total)
 
 
+def _ignore_interrupts() -> None:
+    """Worker processes leave Ctrl-C to the parent (a terminal sends SIGINT to the whole
+    process group): the parent cancels what is queued and stops with one line."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_indexed(item: tuple[int, SimTask]) -> tuple[int, dict]:
+    return item[0], run_task(item[1])
+
+
 def _on_processes(tasks: list[SimTask], workers: int, meter: _Counter | None) -> list[dict]:
     results: list[dict | None] = [None] * len(tasks)
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
-        futures = {pool.submit(run_task, task): i for i, task in enumerate(tasks)}
-        for future in as_completed(futures):
-            results[futures[future]] = future.result()
+    # A multiprocessing pool, not concurrent.futures: leaving the `with` block on an interrupt
+    # or a failure terminates the workers, where an executor would wait for every running
+    # simulation to end (minutes, for large designs).
+    with multiprocessing.Pool(min(workers, len(tasks)),
+                              initializer=_ignore_interrupts) as pool:
+        for i, summary in pool.imap_unordered(_run_indexed, enumerate(tasks)):
+            results[i] = summary
             if meter:
                 meter.tick()
     return results  # type: ignore[return-value]
