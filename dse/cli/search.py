@@ -92,7 +92,7 @@ def add_parsers(commands) -> None:
                     help=argparse.SUPPRESS)  # work-unit size, for tests and benchmarks
     sp.add_argument("--lease-seconds", type=_positive_float, metavar="S",
                     help=argparse.SUPPRESS)  # how long a gone worker holds work; for tests
-    sp.set_defaults(run=_cmd_search)
+    sp.set_defaults(run=_cmd_search, evaluates=True)
 
     sub = sp.add_subparsers(dest="search_command", parser_class=Parser,
                             metavar="[worker]")

@@ -1,0 +1,42 @@
+"""The first run's pause, said out loud: numba compiles the evaluator's kernels once per
+installation (and after an upgrade), then every run loads them from the cache folder."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import sys
+
+import dse.roofline.kernels as kernels
+
+__all__ = ["kernels_cached", "note_first_compile"]
+
+#: What the first compile takes on this project's 2-core machines (11-14 s measured by
+#: `python -m benchmarks.evaluator_throughput`, "numba first call").
+FIRST_COMPILE = "about 15 s"
+
+
+def _cache_folder() -> str:
+    """Where numba keeps this module's compiled kernels: ``NUMBA_CACHE_DIR`` (``dse`` sets it to
+    the user's cache folder) joined with numba's own subfolder name for the source folder
+    (its parent folder's name and the SHA-1 of its absolute path)."""
+    source = os.path.dirname(os.path.abspath(kernels.__file__))
+    digest = hashlib.sha1(source.encode()).hexdigest()
+    return os.path.join(os.environ.get("NUMBA_CACHE_DIR", ""),
+                        f"{os.path.basename(source)}_{digest}")
+
+
+def kernels_cached() -> bool:
+    """Whether numba's cache holds the totals kernel of this installation's source."""
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
+    pattern = os.path.join(_cache_folder(), f"kernels._design_totals_serial-*.{tag}.nbi")
+    return bool(glob.glob(pattern))
+
+
+def note_first_compile() -> str | None:
+    """The line to print before the first evaluation, or None when the kernels are cached."""
+    if kernels_cached():
+        return None
+    return (f"dse: compiling the evaluator's kernels once ({FIRST_COMPILE}); later runs load "
+            f"them from {os.environ.get('NUMBA_CACHE_DIR', 'the numba cache')}")
