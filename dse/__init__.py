@@ -19,6 +19,7 @@ use, so ``import dse`` stays light.
 
 import os as _os
 import sys as _sys
+from importlib import metadata as _metadata
 
 
 def _numba_cache_dir() -> None:
@@ -66,7 +67,10 @@ __all__ = [
     "simulate",
     "sweep",
 ]
-__version__ = "0.1.0"
+try:  # one version, the package's own (pyproject.toml), read from its installed metadata
+    __version__ = _metadata.version("sparsity-dse")
+except _metadata.PackageNotFoundError:  # a source tree on sys.path without an install
+    __version__ = "0+unknown"
 
 #: Names imported on first use, and the package that owns each.
 _LAZY = {"SimConfig": "dse.sim", "Simulation": "dse.sim", "SimulationError": "dse.sim",
