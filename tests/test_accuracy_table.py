@@ -424,3 +424,15 @@ def test_cli_shows_a_table_and_looks_up(tmp_path, capsys):
     assert "out_of_range" in out
     # 3:4 (25%) lies halfway between dense (90 at 0%) and 2:4 (85 at 50%): 87.5.
     assert "87.50" in out and "interpolated" in out
+
+
+def test_the_grid_shows_every_pattern_at_a_sparsity(capsys):
+    from dse.cli import main
+
+    assert main(["accuracy-table", "--model", "swin_tiny"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("50.00%"))
+    assert "(1:2)" in row and "(2:4)" in row  # 2:4, the baseline, beside 1:2 at 50%
+    header = next(line for line in out.splitlines() if line.startswith("sparsity"))
+    assert header.split()[1:] == ["dense", "N:M", "block2", "block4", "block8", "block16",
+                                  "block32", "unstructured"]

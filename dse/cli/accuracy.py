@@ -162,14 +162,30 @@ def _cmd_accuracy_table(args: argparse.Namespace) -> int:
         rows = frame[(frame["model"] == model) & (frame["metric"] == args.metric)]
         datasets = ", ".join(sorted(rows["dataset"].unique()))
         print(f"\n{model} ({args.metric}, {datasets})")
-        grid = rows.assign(column=rows["pattern"].map(_family_label)).pivot_table(
-            index="sparsity", columns="column", values="value", aggfunc="first")
+        # Every measured pattern shows: N:M patterns of one sparsity (1:2 and 2:4 at 50%)
+        # share a cell, each value named by its pattern.
+        cells = rows.assign(
+            column=rows["pattern"].map(_family_label),
+            cell=[f"{v:.2f} ({pat})" if fam == "nm" else f"{v:.2f}"
+                  for v, pat, fam in zip(rows["value"], rows["pattern"], rows["family"],
+                                         strict=True)])
+        grid = cells.pivot_table(index="sparsity", columns="column", values="cell",
+                                 aggfunc=" ".join)
         grid.index = [f"{s:.2%}" for s in grid.index]
-        print(grid.to_string(float_format=lambda v: f"{v:.2f}", na_rep="-"))
+        grid = grid[sorted(grid.columns, key=_column_order)]
+        grid.columns.name = "sparsity"
+        print(grid.fillna("-").to_string())
         if args.formats:
             found = table.lookup_many(model, args.formats, metric=args.metric)
             print(found.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     return 0
+
+
+def _column_order(label: str) -> tuple[int, int]:
+    """dense, N:M, block sizes ascending, unstructured."""
+    if label.startswith("block"):
+        return 2, int(label[5:])
+    return {"dense": (0, 0), "N:M": (1, 0), "unstructured": (3, 0)}[label]
 
 
 def _family_label(pattern: str) -> str:
