@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,6 +154,9 @@ def ensure_chromium() -> Path:
         raise RuntimeError("No Chromium found on PATH and it cannot be installed here (needs "
                            "root and apt-get): install the `chromium` package, e.g. "
                            "`apt-get install -y --no-install-recommends chromium`.")
+    # Said in the run's output (pytest's warnings summary): the suite changed the system.
+    warnings.warn("the report tests install Debian's chromium package with apt-get (once)",
+                  stacklevel=2)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     install = [apt, "install", "-y", "--no-install-recommends", "chromium"]
     done = subprocess.run(install, env=env, capture_output=True, text=True)

@@ -25,6 +25,7 @@ import stat
 import subprocess
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,6 +76,9 @@ def ensure_postgres_bin() -> Path:
     if found is not None:
         return found
     if os.geteuid() == 0 and shutil.which("apt-get"):
+        # Said in the run's output (pytest's warnings summary): the suite changed the system.
+        warnings.warn("the shared-study tests install Debian's postgresql package with apt-get "
+                      "(once)", stacklevel=2)
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         install = ["apt-get", "install", "-y", "--no-install-recommends", "postgresql"]
         if subprocess.run(install, env=env, capture_output=True).returncode != 0:
