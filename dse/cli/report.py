@@ -191,6 +191,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                   fusion=d.fusions, scope=d.scope, numerics=d.numerics,
                   evaluator=evaluator_from_args(args), progress=StatusLine("swept"))
     write_table(frame, args.out)
+    print(_sweep_summary(frame, varies))
     print(f"wrote {len(frame)} rows ({len(varies)} varied dimensions) to {args.out}")
     if args.report is not None:
         import reports
@@ -210,6 +211,30 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                                      tables=[("Sweep", frame)])
         print(f"wrote {index}")
     return 0
+
+
+def _sweep_summary(frame: pd.DataFrame, varies) -> str:
+    """What a sweep covered and the range of what it found, per model and format."""
+    dims = "; ".join(f"{v.name} {len(v.values)} values, {min(v.values):g} to {max(v.values):g}"
+                     for v in varies)
+    rows = []
+    for (model, fmt), group in frame.groupby(["model", "format"], sort=False, observed=True):
+        if str(fmt) == "dense":
+            continue
+        best = group.loc[group["speedup"].idxmax()]
+        worst = group.loc[group["speedup"].idxmin()]
+        where = [v.column for v in varies if v.column in group.columns]
+        rows.append({
+            "model": model, "format": fmt, "designs": len(group),
+            "speedup min": f"{worst['speedup']:.3f}x", "where (min)": _at(worst, where),
+            "speedup max": f"{best['speedup']:.3f}x", "where (max)": _at(best, where)})
+    table = pd.DataFrame(rows).to_string(index=False) if rows else "(dense only)"
+    return f"swept {dims}\n{table}"
+
+
+def _at(row, columns) -> str:
+    return ", ".join(f"{c[5:]}={row[c]:g}" if isinstance(row[c], int | float) else
+                     f"{c[5:]}={row[c]}" for c in columns) or "-"
 
 
 def _cmd_feature_overhead(args: argparse.Namespace) -> int:
