@@ -218,3 +218,14 @@ def test_block_ranking_does_not_collapse_a_small_scale_layer():
     masks = global_masks(weights, Block(8, 0.5))
     for name, keep in masks.items():
         assert 0.3 < float(keep.float().mean()) < 0.7, name
+
+
+def test_progress_counts_every_epoch_this_invocation_trains(tmp_path):
+    heard = []
+    run_accuracy(TINY, tmp_path / "work", progress=lambda done, total: heard.append((done, total)))
+    assert heard and heard[-1][0] == heard[-1][1] == len(heard)
+    assert [d for d, _ in heard] == list(range(1, len(heard) + 1))
+    # Resumed: nothing left to train, so nothing to count.
+    again = []
+    run_accuracy(TINY, tmp_path / "work", progress=lambda done, total: again.append(done))
+    assert again == []

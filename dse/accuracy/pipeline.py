@@ -204,7 +204,7 @@ def _top1(model, data: Dataset) -> float:
     return 100.0 * correct / len(data.val_y)
 
 
-def _train(model, data, config, epochs, lr_at, masks, generator, log, label) -> float:
+def _train(model, data, config, epochs, lr_at, masks, generator, log, label, tick) -> float:
     import torch
 
     params = dict(model.named_parameters())
@@ -217,6 +217,7 @@ def _train(model, data, config, epochs, lr_at, masks, generator, log, label) -> 
         top1 = _top1(model, data)
         log(f"{label} epoch {epoch + 1}/{epochs} loss {loss:.4f} val top-1 {top1:.2f}% "
             f"({time.perf_counter() - start:.0f} s)")
+        tick()
     return top1
 
 
@@ -282,9 +283,16 @@ def _save_tensor_file(obj, path: Path) -> None:
     _replace_atomically(path, lambda tmp: torch.save(obj, tmp))
 
 
-def run_accuracy(config: AccuracyConfig, work_dir: Path, log: Callable[[str], None] = print,
-                 checkpoints_dir: Path | None = None) -> list[dict]:
-    """Run (or resume) the whole measurement; returns the table rows (accuracy in percent)."""
+def _quiet(line: str) -> None:
+    """The default listener: library code never prints."""
+
+
+def run_accuracy(config: AccuracyConfig, work_dir: Path, log: Callable[[str], None] = _quiet,
+                 checkpoints_dir: Path | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Run (or resume) the whole measurement; returns the table rows (accuracy in percent).
+    ``log(line)`` hears each epoch and result; ``progress(done, total)`` counts the training
+    epochs still to run this invocation (for a progress meter with a time estimate)."""
     import torch
 
     check_config(config, work_dir, checkpoints_dir)
@@ -299,6 +307,21 @@ def run_accuracy(config: AccuracyConfig, work_dir: Path, log: Callable[[str], No
     rewind = max(config.dense_epochs - config.finetune_epochs, 0)
     rewound_lr = lambda e: _cosine(rewind + e, config.dense_epochs, config.lr)  # noqa: E731
     rows: list[dict] = []
+    epochs_left = 0
+    for requested in config.models:  # what this invocation trains (resumed work excluded)
+        record = state.models.get(MODEL_ALIASES.get(requested, requested),
+                                  {"dense": None, "chains": {}})
+        if record["dense"] is None and not config.checkpoint:
+            epochs_left += config.dense_epochs
+        epochs_left += sum(config.finetune_epochs for s in stages
+                           if s.chain not in record["chains"])
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], epochs_left)
+
     for requested in config.models:
         name = MODEL_ALIASES.get(requested, requested)
         record = state.models.setdefault(name, {"dense": None, "chains": {}})
@@ -318,7 +341,7 @@ def run_accuracy(config: AccuracyConfig, work_dir: Path, log: Callable[[str], No
             else:
                 generator = torch.Generator().manual_seed(config.seed)
                 top1 = _train(model, data, config, config.dense_epochs, dense_lr, {},
-                              generator, log, f"[{name}] dense")
+                              generator, log, f"[{name}] dense", tick)
             _save_tensor_file(model.state_dict(), dense_path)
             record["dense"] = {"top1": top1, "wall_s": time.perf_counter() - start}
             state.save()
@@ -342,7 +365,7 @@ def run_accuracy(config: AccuracyConfig, work_dir: Path, log: Callable[[str], No
                     for weight_name, mask in masks.items():
                         weights[weight_name].weight.mul_(mask)
                 top1 = _train(model, data, config, config.finetune_epochs, rewound_lr,
-                              masks, generator, log, f"[{name}] {fmt.name}")
+                              masks, generator, log, f"[{name}] {fmt.name}", tick)
                 problems = mask_violations(weights, fmt, masks)
                 if problems:  # a bug, not bad input: the masks are ours
                     raise RuntimeError(f"{name} {fmt.name}: masks broken: {problems[0]}")

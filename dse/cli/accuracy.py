@@ -26,6 +26,7 @@ from ..accuracy import (
 from ..accuracy.pipeline import check_config
 from ..output import check_output_path, write_atomic
 from .options import positive_int
+from .progress import StatusLine
 
 __all__ = ["add_parsers"]
 
@@ -122,7 +123,8 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
            if v is not None])
     start = time.perf_counter()
     rows = run_accuracy(config, args.work_dir, log=lambda line: print(line, flush=True),
-                        checkpoints_dir=args.save_checkpoints)
+                        checkpoints_dir=args.save_checkpoints,
+                        progress=StatusLine("trained", "epochs", every_s=30.0))
     table = AccuracyTable.from_frame(table_frame(rows, command), where=str(args.out))
     table.to_csv(args.out)
     state = json.loads((args.work_dir / "state.json").read_text())
