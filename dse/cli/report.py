@@ -25,6 +25,7 @@ from .options import (
     evaluator_from_args,
 )
 from .progress import StatusLine
+from .tables import missing, share
 
 __all__ = ["add_parsers", "write_search_report"]
 
@@ -275,9 +276,18 @@ def _cmd_feature_overhead(args: argparse.Namespace) -> int:
                                                                    study.overrides)])
     print(f"hardware: {d.hardware_names[0]}"
           + (f" with {'; '.join(study.overrides)}" if study.overrides else ""))
-    print(study.shares.to_string(index=False))
+    shares_shown = study.shares.copy()
+    for column in ("feature_share_batch_1", "feature_share_batch_32"):
+        shares_shown[column] = shares_shown[column].map(share)
+    print(shares_shown.rename(columns={"feature_share_batch_1": "feature share, batch 1",
+                                       "feature_share_batch_32": "feature share, batch 32"})
+          .to_string(index=False))
     print()
-    print(crossover.to_string(index=False))
+    shown = crossover.astype(object).where(crossover.notna(), missing())
+    shown["speedup_at_smallest_batch"] = crossover["speedup_at_smallest_batch"].map(
+        lambda v: f"{v:.3f}x")
+    print(shown.rename(columns={"speedup_at_smallest_batch": "speedup at the smallest batch",
+                                "largest_batch": "largest batch"}).to_string(index=False))
     print(f"\nwrote {index}")
     return 0
 
