@@ -10,6 +10,8 @@ import pandas as pd
 from formats import GRAMMAR_HELP
 from workloads import trace_names
 
+from ..calibrate.expected import expected_designs, expected_layers
+from ..calibrate.predictor import load_predictors
 from ..output import write_table
 from ..roofline import evaluate, evaluate_layers
 from .options import Default, add_design_options, check_outputs, design_from_args
@@ -30,23 +32,41 @@ def add_parsers(commands) -> None:
                     help="print (and write with --out) one row per op and design")
     ev.add_argument("--out", type=Path, metavar="FILE",
                     help="write results to FILE.csv, FILE.parquet or FILE.json (atomically)")
+    ev.add_argument("--calibrated", metavar="DEVICE",
+                    help="add the expectation beside the bound: expected_latency_s, "
+                         "expected_speedup and fraction_of_sol from the kernel predictors of "
+                         "DEVICE (shipped: h100-sxm, cpu-amd-epyc-2c; or a file written by "
+                         "dse calibrate --out), with the predictor used and its held-out error")
     ev.set_defaults(run=_cmd_evaluate)
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)])
     d = design_from_args(args)
+    predictors = load_predictors(args.calibrated) if args.calibrated else None
     frames = []
     for trace in d.traces:
+        expected = None
+        if predictors is not None:
+            # Kernels as they exist run one op at a time: the expectation is unfused.
+            expected = expected_layers(
+                evaluate_layers(trace, d.hardware, d.formats, d.batches, fusion="unfused",
+                                scope=d.scope, numerics=d.numerics), trace, predictors)
         if args.per_layer:
             table = pd.concat([evaluate_layers(trace, d.hardware, d.formats, d.batches,
                                                fusion=f, scope=d.scope, numerics=d.numerics)
                                for f in d.fusions], ignore_index=True)
+            if expected is not None:
+                table = _with_expected_layers(table, expected)
             print(_layer_table(table))
         else:
             table = evaluate(trace, d.hardware, d.formats, d.batches, fusion=d.fusions,
                              scope=d.scope, numerics=d.numerics)
+            if expected is not None:
+                table = expected_designs(table, expected)
             print(_design_table(table, trace))
+        if expected is not None:
+            print(_calibration_note(expected, predictors))
         frames.append(table)
     table = pd.concat(frames, ignore_index=True)
     if args.out is not None:
@@ -87,6 +107,11 @@ def _design_table(table: pd.DataFrame, trace) -> str:
         "feature share": table["feature_bytes_share"].map(share),
         "fallbacks": [_fallbacks(r) for r in table.itertuples()],
     })
+    if "expected_latency_s" in table:
+        expected = seconds_column(table["expected_latency_s"], "expected")
+        shown[expected[0]] = expected[1]
+        shown["exp. speedup"] = table["expected_speedup"].map(lambda x: f"{x:.3f}x")
+        shown["frac of SOL"] = table["fraction_of_sol"].map(lambda x: f"{x:.2f}")
     scope = table["scope"].iloc[0]
     header = f"model {trace.model}, scope {scope}: speed-of-light latency (roofline)"
     if table["per_layer_density"].any():
@@ -105,5 +130,44 @@ def _layer_table(table: pd.DataFrame) -> str:
     for column in ("compute", "memory", "time"):
         name, cells = seconds_column(table[f"{column}_s"], column)
         shown[name] = cells
+    if "expected_s" in table:
+        name, cells = seconds_column(table["expected_s"], "expected")
+        shown[name] = cells
+        shown["frac of SOL"] = table["fraction_of_sol"].map(
+            lambda x: missing() if pd.isna(x) else f"{x:.2f}")
+        shown["predictor"] = table["predictor"].str.split(":").str[1:].str.join(":")
     shown["fallback"] = shown["fallback"].replace("", missing())
     return shown.to_string(index=False)
+
+
+_EXPECTED_COLUMNS = ["expected_s", "predictor", "kernel", "validated_rmspe", "calibration"]
+
+
+def _with_expected_layers(table: pd.DataFrame, expected: pd.DataFrame) -> pd.DataFrame:
+    """Per-op rows of every fusion model with the (unfused) expectation of the same op."""
+    keys = ["hardware", "format", "batch", "op"]
+    right = expected[keys + _EXPECTED_COLUMNS].drop_duplicates(keys)
+    out = table.merge(right, on=keys, how="left")
+    out["fraction_of_sol"] = (out["time_s"] / out["expected_s"]).where(out["expected_s"] > 0)
+    return out
+
+
+def _calibration_note(expected: pd.DataFrame, predictors) -> str:
+    """What the expectation is, the predictors used with their held-out errors, and every
+    op priced without its own family's data."""
+    used = expected[expected["expected_s"] > 0]
+    lines = [f"expected: kernels as measured on {predictors.name} (reference "
+             f"{predictors.reference_hw}), one op at a time (unfused) whatever --fusion; "
+             "an expectation, not a bound"]
+    for name, group in used.groupby("predictor"):
+        rmspe = group["validated_rmspe"].iloc[0]
+        if name.endswith(":whole-model-fit"):
+            err = "no kernel data: constants fitted on measured whole models"
+        elif pd.isna(rmspe):
+            err = "no kernel data: the bound plus the launch floor"
+        else:
+            err = f"held-out RMSPE {rmspe:.0%}"
+        lines.append(f"  {name}: {len(group)} op rows, {err}")
+    notes = sorted({n for note in used["calibration"] for n in note.split("; ") if n})
+    lines += [f"  note: {n}" for n in notes]
+    return "\n".join(lines)

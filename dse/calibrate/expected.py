@@ -1,0 +1,176 @@
+"""The expectation beside the bound: kernel predictors applied to ``evaluate_layers`` and
+``evaluate`` frames.
+
+Every op with work gets an expected kernel time from the predictor of its family on the
+calibrated device; a design's expected latency is the sum over its ops (kernels as they exist
+run one op at a time, so the expectation is an unfused one whatever the bound's fusion model).
+A family the device has no data for is priced explicitly and says so in ``calibration``:
+convolutions by the GEMM predictor, a block size by the nearest measured one, anything else by
+its bound plus the device's launch floor (``"none for vector on h100-sxm: bound + launch
+floor used"``), or, where the predictors carry constants fitted on measured whole models,
+by those. When the frame's hardware is not the device the predictors were measured on,
+the fraction of the speed of light carries over (``fraction``-target families) and the note
+says so.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+import formats
+
+from .features import family_key
+from .predictor import DevicePredictors, FamilyPredictor
+
+__all__ = ["expected_designs", "expected_layers", "op_configs"]
+
+_GEMM_KINDS = ("linear", "conv", "matmul")
+
+
+def op_configs(layers: pd.DataFrame, trace) -> pd.DataFrame:
+    """Per row of ``evaluate_layers`` (unfused): the kernel it runs (``family``, ``key``) and
+    the configuration the predictors see (m, k, n in all, groups, sparsity, block, flops,
+    bytes, kind, sol_s)."""
+    ops = trace.ops.set_index("name")
+    op = ops.loc[layers["op"].to_numpy()]
+    batch = layers["batch"].to_numpy()
+    m = op["m"].to_numpy()
+    gemm = (m > 0) & np.isin(op["kind"].to_numpy(), _GEMM_KINDS)
+    prunable = op["prunable"].to_numpy(dtype=bool)
+    parsed = {name: formats.parse(name) for name in layers["format"].unique()}
+    fam = layers["format"].map(lambda f: parsed[f].family).to_numpy(dtype=object)
+    sparsity = layers["format"].map(lambda f: float(parsed[f].sparsity)).to_numpy()
+    block = layers["format"].map(lambda f: int(getattr(parsed[f], "block", 0) or
+                                              getattr(parsed[f], "m", 0) or 0)).to_numpy()
+    fallback = layers["fallback"].to_numpy(dtype=object)
+    family = np.where(~gemm, "vector",
+                      np.where(fallback == "hw:csr", "unstructured",
+                               np.where((fallback != "") | ~prunable, "dense", fam)))
+    family = family.astype(object)
+    block = np.where(family == "unstructured", 1, np.where(family == "dense", 0, block))
+    sparsity = np.where(family == "dense", 0.0, sparsity)
+    groups = op["groups"].to_numpy()
+    kind = op["kind"].to_numpy(dtype=object)
+    out = pd.DataFrame({
+        "family": family, "kind": kind, "m": np.where(gemm, m, 0),
+        "k": np.where(gemm, op["k"].to_numpy(), 0),
+        "n": np.where(gemm, op["n"].to_numpy() * batch, op["output_elems"].to_numpy() * batch),
+        "groups": groups, "sparsity": sparsity, "block": block,
+        "flops": layers["flops"].to_numpy(dtype=float), "bytes": layers["dram_bytes"].to_numpy(),
+        "sol_s": layers["time_s"].to_numpy(dtype=float)})
+    vector_flops = op["vector_flops"].to_numpy(dtype=float) * batch
+    out.loc[~gemm, "flops"] = vector_flops[~gemm]
+    out["key"] = [family_key(f, k, g, b) for f, k, g, b in zip(
+        out["family"], out["kind"], out["groups"], out["block"], strict=True)]
+    return out
+
+
+def _resolve(key: str, predictors: DevicePredictors) -> tuple[FamilyPredictor | None, str]:
+    """The predictor that prices ``key`` on this device and the note saying how."""
+    fams, dev = predictors.families, predictors.name
+    if key in fams:
+        return fams[key], ""
+    if key == "conv" and "gemm" in fams:
+        return fams["gemm"], f"conv priced by the gemm predictor (no conv data on {dev})"
+    if key.startswith("block"):
+        sizes = sorted(int(k[5:]) for k in fams if k.startswith("block"))
+        if sizes:
+            b = int(key[5:])
+            near = min(sizes, key=lambda s: (abs(np.log2(max(s, 1) / max(b, 1))), s))
+            return fams[f"block{near}"], f"none for {key} on {dev}: block{near} used"
+    return None, f"none for {key} on {dev}: bound + launch floor used"
+
+
+def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors) -> pd.DataFrame:
+    """``layers`` (``evaluate_layers``, unfused, of ``trace``) with ``expected_s`` (the
+    expected kernel time, s: the fastest implementation measured on the device),
+    ``fraction_of_sol`` (``time_s / expected_s``), ``predictor`` (``device:key:target``),
+    ``kernel`` (that implementation), ``validated_rmspe`` (held-out RMSPE of that predictor) and
+    ``calibration`` (how the op was priced when not by its own family's predictor)."""
+    config = op_configs(layers, trace)
+    x = predictors.features(config)
+    expected = np.zeros(len(config))
+    names = np.full(len(config), "-", dtype=object)
+    notes = np.full(len(config), "", dtype=object)
+    kernels = np.full(len(config), "", dtype=object)
+    rmspe = np.full(len(config), np.nan)
+    work = config["sol_s"].to_numpy() > 0
+    for key in config.loc[work, "key"].unique():
+        rows = np.flatnonzero(work & (config["key"] == key).to_numpy())
+        model, note = _resolve(key, predictors)
+        sol = config["sol_s"].to_numpy()[rows]
+        ctx = predictors.context
+        if model is None and ctx:
+            ceiling = ctx["grouped_conv_ceiling"] if key == "grouped_conv" \
+                else ctx["unmeasured_ceiling"]
+            expected[rows] = ctx["unmeasured_floor_s"] + sol / ceiling
+            names[rows] = f"{predictors.name}:whole-model-fit"
+            note = (f"none for {key} on {predictors.name}: floor + bound / ceiling fitted on "
+                    "whole models used")
+        elif model is None:
+            expected[rows] = sol + predictors.launch_floor_s
+            names[rows] = f"{predictors.name}:bound"
+        else:
+            kernel, impl = model.predict_best_s(x[rows], sol)
+            if ctx:  # inside a model: less than the isolated, cold-cache kernel
+                kernel = np.maximum(kernel - ctx["shift_s"], np.maximum(sol, 0.25 * kernel))
+            expected[rows] = kernel
+            kernels[rows] = impl
+            names[rows] = f"{predictors.name}:{model.key}:{model.target}"
+            rmspe[rows] = model.validated.get("rmspe", np.nan)
+        notes[rows] = note
+    other = layers["hardware"].to_numpy(dtype=object) != predictors.reference_hw
+    timed = np.array([n.endswith(":time") for n in names])
+    carried = np.where(timed, f"time learned on {predictors.reference_hw}, not scaled to "
+                              "this hardware",
+                       f"fraction carried over from {predictors.reference_hw}")
+    notes = np.where(other & work, [f"{n}; {c}" if n else c
+                                    for n, c in zip(notes, carried, strict=True)], notes)
+    out = layers.copy()
+    out["expected_s"] = expected
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["fraction_of_sol"] = np.where(expected > 0, out["time_s"] / expected, np.nan)
+    out["predictor"] = names
+    out["kernel"] = kernels
+    out["validated_rmspe"] = rmspe
+    out["calibration"] = notes
+    return out
+
+
+def _summary(group: pd.DataFrame) -> pd.Series:
+    used = group.loc[group["expected_s"] > 0]
+    share = used.groupby("predictor")["expected_s"].sum() / max(used["expected_s"].sum(), 1e-30)
+    parts = [f"{p} {s:.0%}" for p, s in share.sort_values(ascending=False).items()]
+    rmspe = used["validated_rmspe"]
+    weights = used["expected_s"].where(rmspe.notna(), 0.0)
+    notes = sorted({n for note in used["calibration"] for n in note.split("; ") if n})
+    return pd.Series({
+        "expected_latency_s": float(group["expected_s"].sum()),
+        "predictor": ", ".join(parts),
+        "validated_rmspe": float(np.average(rmspe.fillna(0.0), weights=weights))
+        if weights.sum() > 0 else np.nan,
+        "calibration": "; ".join(notes)})
+
+
+def expected_designs(designs: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
+    """``designs`` (``evaluate``) with ``expected_latency_s``, ``expected_speedup`` (expected
+    dense / expected latency, same hardware and batch), ``fraction_of_sol`` (bound /
+    expected), ``predictor`` (share of expected time per predictor), ``validated_rmspe``
+    (held-out RMSPE of the predictors used, weighted by expected time) and ``calibration``,
+    from :func:`expected_layers` rows of the same trace (scope as in ``designs``)."""
+    keys = ["hardware", "format", "batch"]
+    per = layers.groupby(keys, sort=False)[["expected_s", "predictor", "validated_rmspe",
+                                             "calibration"]].apply(_summary).reset_index()
+    dense = per[per["format"] == "dense"].set_index(["hardware", "batch"])["expected_latency_s"]
+    per["expected_speedup"] = [dense.get((h, b), np.nan) / e for h, b, e in zip(
+        per["hardware"], per["batch"], per["expected_latency_s"], strict=True)]
+    designs = designs.copy()
+    label = {k: designs[k].astype(object) for k in keys}
+    out = pd.DataFrame(label).merge(per.astype({"hardware": object, "format": object}),
+                                    on=keys, how="left")
+    for column in ("expected_latency_s", "expected_speedup", "predictor", "validated_rmspe",
+                   "calibration"):
+        designs[column] = out[column].to_numpy()
+    designs["fraction_of_sol"] = designs["latency_s"] / designs["expected_latency_s"]
+    return designs

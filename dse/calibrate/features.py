@@ -1,0 +1,113 @@
+"""What a kernel predictor sees of a configuration: its predictor key (the kernel family) and
+the numeric features of the shape, shared by training (dataset rows) and application
+(``evaluate_layers`` rows), so both sides compute them the same way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["FEATURES", "KEYS", "TILE", "family_key", "feature_matrix", "kind_code",
+           "training_rows"]
+
+#: Predictor keys: one predictor per (device, key).
+KEYS = ("gemm", "conv", "grouped_conv", "nm", "block", "csr", "vector")  # block: block{b}
+
+#: The output tile (rows x columns of Y) a GEMM kernel pads to: 128 x 128 on a GPU (CUTLASS
+#: and cuBLAS's common tile), 16 x 16 on a CPU (a register block of AVX-512 micro-kernels).
+TILE = {"cuda": 128, "cpu": 16}
+
+#: Feature columns, in matrix order. Logs are natural logs of positive values (1 added to
+#: counts that may be 0). ``waves``: tiles / compute units; ``wave_eff``: useful share of the
+#: last wave; ``pad_eff``: useful share of the tile-padded output.
+FEATURES = ("log_m", "log_k", "log_n", "log_groups", "sparsity", "block", "log_flops",
+            "log_bytes", "log_intensity", "log_waves", "wave_eff", "pad_eff", "kind", "impl")
+
+_KINDS = {"linear": 0, "conv": 1, "matmul": 2, "norm": 3, "activation": 4, "elementwise": 5,
+          "softmax": 6, "reduce": 7, "pool": 8}
+
+
+def kind_code(kind: str) -> int:
+    """A small integer per op kind (unknown kinds share one code)."""
+    return _KINDS.get(str(kind), 9)
+
+
+def family_key(family: str, kind: str, groups: int, block: int) -> str:
+    """The predictor that prices a kernel: dense GEMMs split into plain GEMM (linear, matmul),
+    convolution and grouped/depthwise convolution; N:M; block, one predictor per block size
+    (``block16``); CSR; vector ops."""
+    if family == "vector":
+        return "vector"
+    if family == "nm":
+        return "nm"
+    if family == "block":
+        return f"block{int(block)}"
+    if family == "unstructured":
+        return "csr"
+    if kind == "conv":
+        return "grouped_conv" if groups > 1 else "conv"
+    return "gemm"
+
+
+def feature_matrix(frame: pd.DataFrame, units: int, tile: int) -> np.ndarray:
+    """Features of each row of ``frame`` (columns m, k, n, groups, sparsity, block, flops,
+    bytes, kind; n is the GEMM's N in all, or a vector op's output elements), for a device
+    with ``units`` SMs or cores and output tile ``tile``: shape ``[rows, len(FEATURES)]``."""
+    m = frame["m"].to_numpy(dtype=float)
+    k = frame["k"].to_numpy(dtype=float)
+    n = frame["n"].to_numpy(dtype=float)
+    groups = np.maximum(frame["groups"].to_numpy(dtype=float), 1.0)
+    flops = np.maximum(frame["flops"].to_numpy(dtype=float), 1.0)
+    moved = np.maximum(frame["bytes"].to_numpy(dtype=float), 1.0)
+    gemm = m > 0
+    rows = np.where(gemm, m, 1.0)
+    tiles_m = np.ceil(rows / tile)
+    tiles_n = np.ceil(np.maximum(n, 1.0) / (tile if tile > 1 else 1))
+    tiles = np.where(gemm, groups * tiles_m * tiles_n, np.ceil(np.maximum(n, 1.0) / 4096))
+    waves = tiles / units
+    wave_eff = tiles / (np.ceil(waves) * units)
+    pad_eff = np.where(gemm, (rows * n) / (tiles_m * tile * tiles_n * tile), 1.0)
+    kinds = frame["kind"].map(kind_code).to_numpy(dtype=float) if "kind" in frame \
+        else np.zeros(len(frame))
+    impl = frame["impl"].to_numpy(dtype=float) if "impl" in frame else np.zeros(len(frame))
+    return np.column_stack([
+        np.log1p(m), np.log1p(k), np.log1p(n), np.log(groups),
+        np.nan_to_num(frame["sparsity"].to_numpy(dtype=float)),
+        frame["block"].to_numpy(dtype=float),
+        np.log(flops), np.log(moved), np.log(flops / moved), np.log(waves), wave_eff,
+        np.clip(pad_eff, 0.0, 1.0), kinds, impl,
+    ])
+
+
+def training_rows(dataset: pd.DataFrame) -> pd.DataFrame:
+    """The rows predictors learn from, one per implementation and configuration: timed rows
+    (no error, no whole models); CPU rows measured while other processes kept the machine
+    busy (``idle == False``) dropped, since a shared core slows a kernel by up to its share
+    and that is not the kernel's own time; rows whose median exceeds 1.5x their minimum (a
+    transient stall the timing could not hide) dropped; implementations that search
+    algorithms per shape (cuSPARSELt's ``algsearch``) left out, since a library call does not;
+    repeats of one implementation and configuration merged (median). Adds ``key``
+    (:func:`family_key`), ``shape`` (the weight matrix: ``m x k x groups``; a vector op's kind
+    and size), ``time_s`` and ``impl`` (the implementation's index in its family's sorted
+    list)."""
+    rows = dataset[(dataset["error"] == "") & (dataset["family"] != "model")]
+    rows = rows[rows["idle"].fillna(True).astype(bool)]
+    rows = rows[rows["median_s"] <= 1.5 * rows["min_s"]]
+    rows = rows[~rows["implementation"].str.contains("algsearch")].copy()
+    rows["sparsity"] = rows["sparsity"].fillna(0.0)
+    rows["key"] = [family_key(f, k, g, b) for f, k, g, b in zip(
+        rows["family"], rows["kind"], rows["groups"], rows["block"], strict=True)]
+    config = ["key", "format", "kind", "m", "k", "n", "groups", "sparsity", "block"]
+    out = rows.groupby(config + ["implementation"], as_index=False, observed=True).agg(
+        time_s=("median_s", "median"), sol_s=("sol_s", "first"), flops=("flops", "first"),
+        bytes=("bytes", "first"), runs=("median_s", "size"))
+    out["implementation"] = out["implementation"].astype(str)
+    out["impl"] = 0
+    for _, group in out.groupby("key"):
+        names = sorted(group["implementation"].unique())
+        out.loc[group.index, "impl"] = group["implementation"].map(names.index)
+    out["shape"] = np.where(out["m"] > 0,
+                            out["m"].astype(str) + "x" + out["k"].astype(str) + "x"
+                            + out["groups"].astype(str),
+                            out["kind"].astype(str) + ":" + out["n"].astype(str))
+    return out[np.isfinite(out["sol_s"]) & (out["sol_s"] > 0)].reset_index(drop=True)

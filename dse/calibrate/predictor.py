@@ -1,0 +1,246 @@
+"""Kernel predictors: per (device, kernel family), a physical model with a learned residual.
+
+Physical model: ``t_phys = floor_s + sol_s / ceiling`` (a per-family floor, the time of the
+smallest kernel, plus the speed of light divided by the best fraction of it that family
+reaches). Residual: gradient-boosted trees on the configuration's features
+(:mod:`.features`), trained with scikit-learn and exported to plain arrays, so that a shipped
+predictor loads and predicts with numpy alone (the base install). Two targets:
+
+* ``fraction``: the trees learn ``log(t / t_phys)``; the prediction is
+  ``t_phys * exp(residual)``. ``sol_s`` is recomputed on the hardware the design is evaluated
+  on, so the fraction of the speed of light carries over to hypothetical variants of the device.
+* ``time``: the trees learn ``log(t)`` directly from the features (no physical model); the
+  prediction does not move with the hardware.
+
+Training needs scikit-learn (the ``accuracy`` extra); prediction does not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .features import feature_matrix
+
+__all__ = ["CalibrationError", "DevicePredictors", "FamilyPredictor", "Trees", "fit_family",
+           "fit_physical", "load_predictors", "save_predictors", "shipped_predictors",
+           "MODELS_DIR"]
+
+MODELS_DIR = Path(__file__).parent / "models"
+FORMAT_VERSION = "dse-kernel-predictors/1"
+
+
+class CalibrationError(ValueError):
+    """A user's error in calibration input: one line naming the input and the fix."""
+
+
+@dataclass(frozen=True)
+class Trees:
+    """Gradient-boosted regression trees as arrays: ``init + rate * sum_t value_t[leaf]``.
+    Each tree: ``feature``, ``threshold``, ``left``, ``right`` (-1 at leaves), ``value``."""
+
+    init: float
+    rate: float
+    trees: tuple[dict, ...]
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        out = np.full(len(x), self.init, dtype=float)
+        rows = np.arange(len(x))
+        for tree in self.trees:
+            feature = np.asarray(tree["feature"])
+            threshold = np.asarray(tree["threshold"], dtype=float)
+            left, right = np.asarray(tree["left"]), np.asarray(tree["right"])
+            value = np.asarray(tree["value"], dtype=float)
+            node = np.zeros(len(x), dtype=int)
+            for _ in range(64):
+                inner = left[node] >= 0
+                if not inner.any():
+                    break
+                go_left = x[rows, np.maximum(feature[node], 0)] <= threshold[node]
+                node = np.where(inner, np.where(go_left, left[node], right[node]), node)
+            out += self.rate * value[node]
+        return out
+
+    @classmethod
+    def from_sklearn(cls, model) -> Trees:
+        """Export a fitted ``GradientBoostingRegressor`` (squared error loss)."""
+        trees = []
+        for estimator in model.estimators_[:, 0]:
+            t = estimator.tree_
+            trees.append({"feature": t.feature.tolist(),
+                          "threshold": [float(f"{v:.9g}") for v in t.threshold],
+                          "left": t.children_left.tolist(), "right": t.children_right.tolist(),
+                          "value": [float(f"{v:.6g}") for v in t.value[:, 0, 0]]})
+        init = float(np.ravel(model.init_.constant_)[0])
+        return cls(init, float(model.learning_rate), tuple(trees))
+
+
+@dataclass(frozen=True)
+class FamilyPredictor:
+    """One kernel family's predictor on one device. Times in seconds.
+
+    ``target``: ``fraction`` (physical model times a learned residual; the fraction of the
+    speed of light carries over to other hardware) or ``time`` (time learned directly).
+    ``validated``: held-out errors of this predictor (``rmspe``, ``within_10``, ...), filled
+    in by ``dse calibrate``. ``implementations``: the kernels of the family measured on the
+    device, in the order of the ``impl`` feature."""
+
+    key: str
+    target: str
+    floor_s: float
+    ceiling: float
+    residual: Trees | None
+    rows: int
+    shapes: int
+    validated: dict = field(default_factory=dict)
+    implementations: tuple[str, ...] = ()
+
+    def physical_s(self, sol_s: np.ndarray) -> np.ndarray:
+        return self.floor_s + np.asarray(sol_s, dtype=float) / self.ceiling
+
+    def predict_s(self, features: np.ndarray, sol_s: np.ndarray) -> np.ndarray:
+        """Expected kernel time of each row (``features`` from :func:`feature_matrix`)."""
+        learned = self.residual.predict(features) if self.residual is not None else 0.0
+        if self.target == "time":
+            return np.exp(learned)
+        return self.physical_s(sol_s) * np.exp(learned)
+
+    def predict_best_s(self, features: np.ndarray,
+                       sol_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The fastest of the family's implementations per row (what a user would pick):
+        (expected time, implementation name)."""
+        names = self.implementations or ("",)
+        times = []
+        for code in range(len(names)):
+            x = np.array(features, dtype=float, copy=True)
+            x[:, -1] = code
+            times.append(self.predict_s(x, sol_s))
+        times = np.array(times).reshape(len(names), len(features))
+        best = np.argmin(times, axis=0)
+        return times[best, np.arange(len(features))], np.array(names, dtype=object)[best]
+
+
+@dataclass(frozen=True)
+class DevicePredictors:
+    """Every family's predictor for one measured device, with what it was trained on.
+
+    ``reference_hw``: the accelerator spec whose speed of light the fractions refer to;
+    ``device``: cuda or cpu; ``units``: SMs or cores; ``launch_floor_s``: the smallest kernel
+    time measured on the device (what a family without data costs at least).
+
+    ``context``: empty, or constants fitted on measured whole models (see
+    ``validate.fit_context``): ``shift_s`` taken off each measured-family kernel (isolated,
+    cold-cache kernels against the same kernels inside a model's CUDA graph),
+    ``unmeasured_floor_s`` and ``unmeasured_ceiling`` pricing families without kernel data as
+    ``floor + sol / ceiling``, and ``source``."""
+
+    name: str
+    reference_hw: str
+    device: str
+    units: int
+    tile: int
+    launch_floor_s: float
+    families: dict[str, FamilyPredictor]
+    provenance: dict
+    context: dict = field(default_factory=dict)
+
+    def features(self, frame: pd.DataFrame) -> np.ndarray:
+        return feature_matrix(frame, self.units, self.tile)
+
+
+def _require_sklearn():
+    try:
+        import sklearn  # noqa: F401
+        from sklearn.ensemble import GradientBoostingRegressor
+    except ImportError:
+        raise CalibrationError("training predictors needs scikit-learn; install the accuracy "
+                               "extra: pip install 'sparsity-dse[accuracy]'") from None
+    return GradientBoostingRegressor
+
+
+def fit_physical(time_s: np.ndarray, sol_s: np.ndarray) -> tuple[float, float]:
+    """(floor_s, ceiling) minimizing the squared log error of ``floor + sol / ceiling``; the
+    ceiling is capped at 1 (no kernel beats the speed of light)."""
+    from scipy.optimize import least_squares
+
+    t, sol = np.asarray(time_s, float), np.asarray(sol_s, float)
+    floor0 = max(float(np.quantile(t, 0.05)) * 0.5, 1e-9)
+    ceiling0 = min(max(float(np.quantile(sol / t, 0.9)), 1e-4), 1.0)
+
+    def residuals(p):
+        return np.log(t) - np.log(np.exp(p[0]) + sol / np.exp(p[1]))
+
+    fit = least_squares(residuals, [math.log(floor0), math.log(ceiling0)],
+                        bounds=([math.log(1e-9), math.log(1e-5)], [math.log(1.0), 0.0]))
+    return float(math.exp(fit.x[0])), float(math.exp(fit.x[1]))
+
+
+def fit_family(key: str, features: np.ndarray, time_s: np.ndarray, sol_s: np.ndarray,
+               shapes: int, target: str = "fraction", seed: int = 0,
+               weights: np.ndarray | None = None,
+               implementations: tuple[str, ...] = ()) -> FamilyPredictor:
+    """Fit one family: the physical model, then trees on the residual (``fraction``) or on
+    ``log(time)`` (``time``). Needs scikit-learn."""
+    if target not in ("fraction", "time"):
+        raise ValueError(f"target must be fraction or time, not {target!r}")
+    gbr = _require_sklearn()
+    time_s = np.asarray(time_s, float)
+    floor_s, ceiling = fit_physical(time_s, sol_s)
+    base = floor_s + np.asarray(sol_s, float) / ceiling
+    y = np.log(time_s / base) if target == "fraction" else np.log(time_s)
+    residual = None
+    if len(y) >= 6:
+        model = gbr(n_estimators=150, max_depth=4, learning_rate=0.06, subsample=0.8,
+                    min_samples_leaf=2, random_state=seed)
+        model.fit(features, y, sample_weight=weights)
+        residual = Trees.from_sklearn(model)
+    elif target == "time":
+        residual = Trees(float(np.mean(y)), 1.0, ())
+    return FamilyPredictor(key, target, floor_s, ceiling, residual, len(y), shapes,
+                           implementations=tuple(implementations))
+
+
+# --- files: JSON, numbers and trees only (no pickle) -------------------------------------------
+
+def save_predictors(predictors: DevicePredictors, path: str | Path) -> None:
+    """Write ``predictors`` as JSON (atomically: a temporary file renamed into place)."""
+    data = {"format": FORMAT_VERSION, **asdict(predictors)}
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
+    tmp.replace(path)
+
+
+def shipped_predictors() -> list[str]:
+    """Names of the predictors shipped with dse (one per shipped dataset)."""
+    return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
+
+
+def load_predictors(path_or_name: str | Path) -> DevicePredictors:
+    """A shipped predictor set by name (``h100-sxm``, ``cpu-amd-epyc-2c``) or a JSON file
+    written by ``dse calibrate --out``. Needs numpy only."""
+    text = str(path_or_name)
+    path = MODELS_DIR / f"{text}.json" if text in shipped_predictors() else Path(text)
+    if not path.is_file():
+        raise CalibrationError(f"{text}: no such predictor file or shipped predictor (shipped: "
+                               f"{', '.join(shipped_predictors()) or 'none'}); give one of "
+                               "those or a file written by dse calibrate --out")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.pop("format", None) != FORMAT_VERSION:
+            raise ValueError(f"not a {FORMAT_VERSION} file")
+        families = {}
+        for key, fam in data.pop("families").items():
+            res = fam.pop("residual")
+            trees = Trees(res["init"], res["rate"], tuple(res["trees"])) if res else None
+            fam["implementations"] = tuple(fam.get("implementations", ()))
+            families[key] = FamilyPredictor(residual=trees, **fam)
+        return DevicePredictors(families=families, **data)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CalibrationError(f"{path}: not a predictor file ({exc}); write one with "
+                               "dse calibrate --data DATASET --out FILE") from None

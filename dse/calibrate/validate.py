@@ -1,0 +1,434 @@
+"""Training and held-out validation of kernel predictors.
+
+Validation leaves whole weight matrices out (every row of a held-out ``m x k x groups`` shape,
+all N, sparsities, formats and implementations), never random rows: folds are the shapes of the
+device, so a sparse row and its dense partner are always held out together and the predicted
+speedup over dense is validated on shapes neither predictor saw. Errors are those of what the
+expectation uses: the fastest implementation of each configuration, measured against the
+fastest predicted. Four methods per family are validated, two targets (``fraction``,
+``time``) times two ways of treating implementations (``impl``: one row per implementation,
+the implementation a feature, the fastest predicted; ``best``: only the fastest measured
+implementation of each configuration); :func:`choose_methods` picks one per family.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from .features import TILE, feature_matrix, training_rows
+from .predictor import CalibrationError, DevicePredictors, fit_family
+
+__all__ = ["DeviceRows", "best_of", "calibrate", "choose_methods", "cross_validate",
+           "device_rows", "error_summary", "fit_context", "noise_floor", "speedup_summary",
+           "validated_predictions", "validation_table", "whole_model_table"]
+
+TARGETS = ("fraction", "time")
+VARIANTS = ("impl", "best")
+METHODS = tuple(f"{t}/{v}" for v in VARIANTS for t in TARGETS)
+_CONFIG = ["key", "format", "kind", "m", "k", "n", "groups", "sparsity", "block"]
+
+
+class DeviceRows:
+    """A device's training rows (one per implementation and configuration) with what the
+    features need: name, device (cuda or cpu), compute units, tile, and the spec the speed of
+    light refers to."""
+
+    def __init__(self, name: str, rows: pd.DataFrame, device: str, units: int,
+                 reference_hw: str, provenance: dict) -> None:
+        self.name, self.rows, self.device, self.units = name, rows, device, units
+        self.tile = TILE.get(device, 16)
+        self.reference_hw, self.provenance = reference_hw, provenance
+
+    def rows_for(self, variant: str) -> pd.DataFrame:
+        """``impl``: every implementation; ``best``: the fastest measured one per
+        configuration, with the implementation feature 0."""
+        if variant == "impl":
+            return self.rows
+        best = self.rows.loc[self.rows.groupby(_CONFIG, observed=True)["time_s"].idxmin()]
+        return best.assign(impl=0).reset_index(drop=True)
+
+    def features(self, frame: pd.DataFrame) -> np.ndarray:
+        return feature_matrix(frame, self.units, self.tile)
+
+
+def _rebase(dataset: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Speed of light on the catalog spec the measured device is (``h100-sxm`` rather than the
+    run's probed ceilings), so that fractions refer to the spec users evaluate on; a probed
+    spec outside the catalog (a CPU's ``host``) stays as measured."""
+    import accelerator_models
+
+    from ..measure.sol import sol_columns
+
+    names = [h for h in dataset["hw"].unique() if h]
+    base = names[0].split("[")[0] if names else ""
+    try:
+        hw = accelerator_models.load(base)
+    except Exception:  # not a catalog name: keep the dataset's own speed of light
+        return dataset, base or "unknown"
+    if all(h == base for h in names):
+        return dataset, base
+    dtype = str(dataset["dtype"].iloc[0]) or "fp16"
+    timed = dataset[(dataset["error"] == "") & (dataset["family"] != "model")]
+    return sol_columns(timed, hw, value_dtype=dtype, vector_dtype=dtype,
+                       csr_dtype="fp32"), base
+
+
+def device_rows(dataset: pd.DataFrame, name: str, source: str = "") -> DeviceRows:
+    """Training rows of one device's dataset (see :func:`training_rows`)."""
+    devices = dataset["device"].unique()
+    if len(devices) != 1:
+        raise CalibrationError(f"{name}: a dataset for calibration holds one device, this one "
+                               f"holds {', '.join(map(str, devices))}; split it by device")
+    rebased, reference = _rebase(dataset)
+    fingerprint = json.loads(dataset["fingerprint"].iloc[0] or "{}")
+    device = str(devices[0])
+    units = int(fingerprint.get("sm_count") or fingerprint.get("cores") or 1)
+    rows = training_rows(rebased)
+    if rows.empty:
+        raise CalibrationError(f"{name}: no timed, idle, stable kernel rows to learn from; "
+                               "measure again with dse measure on an idle machine")
+    idle = dataset["idle"]
+    provenance = {
+        "dataset": source or name, "device_name": str(dataset["device_name"].iloc[0]),
+        "runs": sorted(map(str, dataset["run_id"].unique())),
+        "dataset_rows": int(len(dataset)), "training_rows": int(len(rows)),
+        "configurations": int(len(rows.groupby(_CONFIG, observed=True))),
+        "dropped_busy_rows": int((idle == False).sum()),  # noqa: E712 (pandas NA)
+        "fingerprint": fingerprint,
+    }
+    return DeviceRows(name, rows, device, units, reference, provenance)
+
+
+def _folds(shapes: pd.Series, seed: int, max_folds: int = 10) -> np.ndarray:
+    """Fold of each row: shapes shuffled with ``seed`` and dealt round-robin into at most
+    ``max_folds`` folds (leave-one-shape-out when there are fewer shapes)."""
+    unique = np.array(sorted(shapes.unique()))
+    order = np.random.default_rng(seed).permutation(len(unique))
+    n_folds = min(max_folds, len(unique))
+    fold_of = {unique[i]: j % n_folds for j, i in enumerate(order)}
+    return shapes.map(fold_of).to_numpy()
+
+
+def cross_validate(data: DeviceRows, variant: str = "impl", seed: int = 0,
+                   progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """Out-of-fold predictions of every row of ``data.rows_for(variant)``, for both targets,
+    beside the physical model alone: columns ``pred_fraction``, ``pred_time``,
+    ``pred_physical``, ``fold`` added. ``progress(done, total)`` after each fold."""
+    rows = data.rows_for(variant).copy()
+    x = data.features(rows)
+    rows["fold"] = _folds(rows["shape"], seed)
+    for column in ("pred_fraction", "pred_time", "pred_physical"):
+        rows[column] = np.nan
+    folds = sorted(rows["fold"].unique())
+    for fold in folds:
+        for key, group in rows.groupby("key"):
+            test = group.index[group["fold"] == fold]
+            train = group.index[group["fold"] != fold]
+            if len(test) == 0 or len(train) < 2:
+                continue
+            for target in TARGETS:
+                model = fit_family(key, x[train], rows.loc[train, "time_s"].to_numpy(),
+                                   rows.loc[train, "sol_s"].to_numpy(),
+                                   shapes=int(group.loc[train, "shape"].nunique()),
+                                   target=target, seed=seed)
+                rows.loc[test, f"pred_{target}"] = model.predict_s(
+                    x[test], rows.loc[test, "sol_s"].to_numpy())
+                if target == "fraction":
+                    rows.loc[test, "pred_physical"] = model.physical_s(
+                        rows.loc[test, "sol_s"].to_numpy())
+        if progress is not None:
+            progress(fold + 1, len(folds))
+    return rows
+
+
+def best_of(oof: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration: the fastest measured implementation's time against the
+    fastest predicted one's (among the implementations measured there), per prediction."""
+    columns = ["time_s", "sol_s"] + [c for c in oof.columns if c.startswith("pred_")]
+    best = oof.groupby(_CONFIG, as_index=False, observed=True)[columns].min()
+    shapes = oof.groupby(_CONFIG, observed=True)["shape"].first().reset_index()
+    return best.merge(shapes, on=_CONFIG)
+
+
+def validated_predictions(data: DeviceRows, seed: int = 0,
+                          progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """Held-out predictions of every method (``pred_fraction/impl``, ``pred_time/best``,
+    ...) and of the physical model alone (``pred_physical``, fitted on the fastest
+    implementations), one row per configuration (:func:`best_of`)."""
+    frames = {}
+    for variant in VARIANTS:
+        bo = best_of(cross_validate(data, variant, seed, progress))
+        frames[variant] = bo.rename(columns={f"pred_{t}": f"pred_{t}/{variant}"
+                                             for t in TARGETS})
+    best = frames["best"][_CONFIG + [f"pred_{t}/best" for t in TARGETS] + ["pred_physical"]]
+    return frames["impl"].drop(columns=["pred_physical"]).merge(best, on=_CONFIG, how="left")
+
+
+def error_summary(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
+    """RMSPE (root mean squared relative error) and the shares within 5, 10 and 25%."""
+    p, m = np.asarray(predicted, float), np.asarray(measured, float)
+    ok = np.isfinite(p) & np.isfinite(m) & (m > 0)
+    rel = p[ok] / m[ok] - 1.0
+    if not len(rel):
+        return {"n": 0, "rmspe": np.nan, "within_5": np.nan, "within_10": np.nan,
+                "within_25": np.nan}
+    return {"n": int(len(rel)), "rmspe": float(np.sqrt(np.mean(rel ** 2))),
+            "within_5": float(np.mean(np.abs(rel) <= 0.05)),
+            "within_10": float(np.mean(np.abs(rel) <= 0.10)),
+            "within_25": float(np.mean(np.abs(rel) <= 0.25))}
+
+
+def choose_methods(predictions: pd.DataFrame, margin: float = 0.9) -> dict[str, str]:
+    """Per family, the method (``target/variant``) with the lowest held-out RMSPE, where
+    ``time`` must beat ``fraction`` by ``margin`` to be taken: a fraction of the speed of
+    light carries over to hypothetical variants of the device, a learned time does not."""
+    chosen = {}
+    for key, group in predictions.groupby("key"):
+        def rmspe(method, group=group):
+            e = error_summary(group[f"pred_{method}"], group["time_s"])["rmspe"]
+            return e if np.isfinite(e) else np.inf
+        scores = {m: rmspe(m) * (margin if m.startswith("fraction") else 1.0) for m in METHODS}
+        chosen[key] = min(METHODS, key=lambda m: (scores[m], METHODS.index(m)))
+    return chosen
+
+
+def _chosen_column(frame: pd.DataFrame, chosen: dict[str, str]) -> np.ndarray:
+    return np.array([r[f"pred_{chosen[r['key']]}"] for _, r in frame.iterrows()], dtype=float)
+
+
+def validation_table(predictions: pd.DataFrame, chosen: dict[str, str],
+                     device: str) -> pd.DataFrame:
+    """One row per family, on the fastest implementation of each configuration (what the
+    expectation uses): shapes and configurations held out, the chosen method's RMSPE and
+    shares within +-5/10/25%, and the RMSPE of every method, the physical model alone and
+    the bare bound (the roofline as a forecast)."""
+    records = []
+    for key, group in predictions.groupby("key"):
+        method = chosen[key]
+        best = error_summary(group[f"pred_{method}"], group["time_s"])
+        records.append({
+            "device": device, "family": key, "method": method,
+            "shapes": int(group["shape"].nunique()), **best,
+            **{f"rmspe_{m}": error_summary(group[f"pred_{m}"], group["time_s"])["rmspe"]
+               for m in METHODS},
+            "rmspe_physical": error_summary(group["pred_physical"], group["time_s"])["rmspe"],
+            "rmspe_bound": error_summary(group["sol_s"], group["time_s"])["rmspe"],
+        })
+    table = pd.DataFrame(records)
+    total = {"device": device, "family": "all", "method": "-",
+             "shapes": int(predictions["shape"].nunique()),
+             **error_summary(_chosen_column(predictions, chosen), predictions["time_s"])}
+    return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
+
+
+def speedup_summary(predictions: pd.DataFrame, chosen: dict[str, str],
+                    device: str) -> pd.DataFrame:
+    """Held-out predicted speedup of each sparse family over dense on the same shape (both
+    predictions out of fold; each side the fastest of its implementations): RMSPE, shares
+    within +-10/25%, and how often the prediction is on the same side of 1x as the
+    measurement (``sign``)."""
+    rows = predictions.assign(pred=_chosen_column(predictions, chosen))
+    config = ["kind", "m", "k", "n", "groups"]
+    dense = rows[rows["format"] == "dense"].set_index(config)[["time_s", "pred"]]
+    records = []
+    for key, group in rows[rows["format"] != "dense"].groupby("key"):
+        pair = group.merge(dense.reset_index(), on=config, suffixes=("", "_dense"),
+                           how="inner")
+        if pair.empty:
+            continue
+        measured = pair["time_s_dense"] / pair["time_s"]
+        predicted = pair["pred_dense"] / pair["pred"]
+        ok = np.isfinite(predicted)
+        e = error_summary(predicted[ok], measured[ok])
+        records.append({"device": device, "family": key, "n": e["n"], "rmspe": e["rmspe"],
+                        "within_10": e["within_10"], "within_25": e["within_25"],
+                        "sign": float(np.mean((predicted[ok] > 1) == (measured[ok] > 1))),
+                        "measured_faster": float(np.mean(measured[ok] > 1))})
+    return pd.DataFrame(records)
+
+
+def noise_floor(dataset: pd.DataFrame) -> dict[str, float]:
+    """How often two measurements of the same kernel (implementation and configuration) in
+    the dataset differ by more than 10% (of the smaller): pairs, share, median difference."""
+    rows = dataset[(dataset["error"] == "") & (dataset["family"] != "model")]
+    config = ["implementation", "format", "kind", "m", "k", "n", "groups"]
+    diffs = []
+    for _, group in rows.groupby(config, observed=True):
+        if len(group) >= 2:
+            t = np.sort(group["median_s"].to_numpy())
+            diffs.append(t[-1] / t[0] - 1.0)
+    d = np.array(diffs)
+    return {"pairs": int(len(d)),
+            "share_over_10": float(np.mean(d > 0.10)) if len(d) else np.nan,
+            "median_diff": float(np.median(d)) if len(d) else np.nan}
+
+
+def calibrate(data: DeviceRows, predictions: pd.DataFrame, seed: int = 0) -> DevicePredictors:
+    """Fit every family on all its rows with the method :func:`choose_methods` picked from
+    ``predictions`` (:func:`validated_predictions`), and record each one's held-out errors
+    beside it."""
+    import sklearn
+
+    chosen = choose_methods(predictions)
+    table = validation_table(predictions, chosen, data.name).set_index("family")
+    families = {}
+    for key in sorted(data.rows["key"].unique()):
+        target, variant = chosen.get(key, "fraction/impl").split("/")
+        rows = data.rows_for(variant)
+        group = rows[rows["key"] == key]
+        names = tuple(sorted(group["implementation"].unique())) if variant == "impl" else ()
+        model = fit_family(key, data.features(group), group["time_s"].to_numpy(),
+                           group["sol_s"].to_numpy(), shapes=int(group["shape"].nunique()),
+                           target=target, seed=seed, implementations=names)
+        validated = {}
+        if key in table.index:
+            validated = {c: float(table.loc[key, c]) for c in
+                         ("rmspe", "within_5", "within_10", "within_25")}
+            validated["held_out_shapes"] = int(table.loc[key, "shapes"])
+            validated["method"] = f"{target}/{variant}"
+        families[key] = replace(model, validated=validated)
+    provenance = {**data.provenance, "sklearn": sklearn.__version__, "seed": seed,
+                  "policy": "idle rows only; rows with median > 1.5x min dropped; "
+                            "algorithm-search implementations left out; per family either "
+                            "the implementation as a feature (impl) or the fastest measured "
+                            "implementation only (best), as validated"}
+    return DevicePredictors(
+        name=data.name, reference_hw=data.reference_hw, device=data.device, units=data.units,
+        tile=data.tile, launch_floor_s=float(data.rows["time_s"].min()),
+        families=families, provenance=provenance)
+
+
+def _converted_linears_only(trace):
+    """The trace with only the linears a timm 2:4 conversion takes (in/out features % 64 == 0)
+    left prunable, as ``benchmarks/gpu/measure_models.py`` converted them."""
+    import workloads
+
+    records = trace.to_json()["ops"]
+    for r in records:
+        if r["prunable"] and not (r["kind"] == "linear" and r["m"] % 64 == 0
+                                  and r["k"] % 64 == 0):
+            r["prunable"] = False
+    return workloads.Trace.from_records(trace.model, trace.input_shape, records,
+                                        provenance=dict(trace.provenance))
+
+
+def _model_parts(measured: pd.DataFrame, predictors: DevicePredictors, hardware: str,
+                 sparse_format: str) -> dict:
+    """Per measured model: its trace (only the converted linears prunable) and batches."""
+    import workloads
+
+    return {str(model): (_converted_linears_only(workloads.load_trace(str(model))),
+                         sorted(int(b) for b in group["batch"].unique()))
+            for model, group in measured.groupby("model", sort=False)}
+
+
+def _model_sums(trace, batches, predictors: DevicePredictors, hardware: str,
+                sparse_format: str) -> pd.DataFrame:
+    """Per (format, batch): expected and bound sums, and the pieces :func:`fit_context`
+    needs (measured-family expectation and kernel count, unmeasured bound and count)."""
+    from ..roofline import evaluate_layers
+    from .expected import expected_layers
+
+    layers = evaluate_layers(trace, hardware, [sparse_format], batches=batches,
+                             fusion="unfused", scope="all")
+    layers = expected_layers(layers, trace, predictors)
+    work = layers["time_s"] > 0
+    unmeasured = layers["predictor"].str.endswith((":bound", ":whole-model-fit")) & work
+    measured = work & ~unmeasured
+    grouped = (layers["kind"] == "conv") & unmeasured
+    return layers.assign(
+        meas_s=layers["expected_s"].where(measured, 0.0), n_meas=measured.astype(int),
+        unm_sol_s=layers["time_s"].where(unmeasured & ~grouped, 0.0),
+        grouped_sol_s=layers["time_s"].where(grouped, 0.0), n_unm=unmeasured.astype(int),
+    ).groupby(["format", "batch"])[["expected_s", "time_s", "meas_s", "n_meas", "unm_sol_s",
+                                    "grouped_sol_s", "n_unm"]].sum()
+
+
+def fit_context(points: pd.DataFrame) -> dict:
+    """Constants for kernels inside a whole model, from measured models (``measured_s`` and the
+    pieces of :func:`_model_sums` of predictors without context): measured time ~
+    ``meas_s - shift * n_meas + floor * n_unm + unm_sol_s / ceiling + grouped_sol_s /
+    grouped_conv_ceiling`` (grouped convolutions apart: they run far from the bound), least
+    squares on the relative error, with 0 <= shift <= 0.8 x the smallest kernel floor,
+    floor >= 0, ceilings in (0, 1]."""
+    from scipy.optimize import lsq_linear
+
+    t = points["measured_s"].to_numpy()
+    a = np.column_stack([-points["n_meas"], points["n_unm"], points["unm_sol_s"],
+                         points["grouped_sol_s"]]) / t[:, None]
+    b = (t - points["meas_s"].to_numpy()) / t
+    upper_shift = 0.8 * points.attrs.get("min_floor_s", 1e-5)
+    # a column no training model has (grouped convs) stays at the bound (ceiling 1)
+    seen = np.abs(a).sum(axis=0) > 0
+    lower, upper = np.array([0.0, 0.0, 1.0, 1.0]), np.array([upper_shift, 1e-3, 1e4, 1e4])
+    x = np.array([0.0, 0.0, 1.0, 1.0])
+    fit = lsq_linear(a[:, seen], b - a[:, ~seen] @ x[~seen],
+                     bounds=(lower[seen], np.maximum(upper[seen], lower[seen] + 1e-12)))
+    x[seen] = fit.x
+    return {"shift_s": float(x[0]), "unmeasured_floor_s": float(x[1]),
+            "unmeasured_ceiling": float(1.0 / x[2]), "grouped_conv_ceiling": float(1.0 / x[3])}
+
+
+def whole_model_table(measured: pd.DataFrame, predictors: DevicePredictors,
+                      hardware: str, dense_variant: str = "dense_cudagraph",
+                      sparse_variant: str = "sparse24_cudagraph",
+                      sparse_format: str = "2:4") -> tuple[pd.DataFrame, dict]:
+    """Calibrated whole-model latency against measured whole models (columns ``model,
+    variant, batch, median_s``, as ``benchmarks/gpu/results/models_measurements.csv``).
+
+    The whole-model constants (:func:`fit_context`) are validated leaving one model out: each
+    model's expectation uses constants fitted on the other models' dense runs. Returns the
+    table (per model and batch: measured and expected dense latency and error, the bound's
+    error, measured and expected speedup of ``sparse_format`` on the layers the measurement
+    converted) and the constants fitted on every model (to ship)."""
+    parts = _model_parts(measured, predictors, hardware, sparse_format)
+    bare = replace(predictors, context={})
+    points = []
+    for model, (trace, batches) in parts.items():
+        sums = _model_sums(trace, batches, bare, hardware, sparse_format)
+        at = measured[measured["model"] == model]
+        for b in batches:
+            t = at[(at["batch"] == b) & (at["variant"] == dense_variant)]["median_s"]
+            if len(t):
+                points.append({"model": model, "batch": b, "measured_s": float(t.iloc[0]),
+                               **sums.loc[("dense", b)].to_dict()})
+    points = pd.DataFrame(points)
+    floors = [f.floor_s for f in predictors.families.values()]
+    points.attrs["min_floor_s"] = min(floors) if floors else 1e-5
+    records = []
+    for model, (trace, batches) in parts.items():
+        train = points[points["model"] != model]
+        train.attrs = points.attrs
+        ctx = fit_context(train) if len(train) >= 3 else {}
+        sums = _model_sums(trace, batches, replace(predictors, context=ctx), hardware,
+                           sparse_format)
+        bound = _model_sums(trace, batches, bare, hardware, sparse_format)
+        at = measured[measured["model"] == model]
+        for b in batches:
+            variants = at[at["batch"] == b].set_index("variant")["median_s"]
+            if dense_variant not in variants:
+                continue
+            rec = {"model": model, "batch": b, "measured_s": float(variants[dense_variant]),
+                   "expected_s": float(sums.loc[("dense", b), "expected_s"]),
+                   "kernels_only_s": float(bound.loc[("dense", b), "expected_s"]),
+                   "bound_s": float(sums.loc[("dense", b), "time_s"])}
+            for column in ("expected", "kernels_only", "bound"):
+                rec[f"{column}_error"] = rec[f"{column}_s"] / rec["measured_s"] - 1.0
+            rec["error"] = rec.pop("expected_error")
+            if sparse_variant in variants:
+                sparse_exp = float(sums.loc[(sparse_format, b), "expected_s"])
+                rec["measured_speedup"] = float(variants[dense_variant]
+                                                / variants[sparse_variant])
+                rec["expected_speedup"] = rec["expected_s"] / sparse_exp
+                rec["sparse_error"] = sparse_exp / float(variants[sparse_variant]) - 1.0
+            records.append(rec)
+    context = fit_context(points) if len(points) >= 3 else {}
+    if context:
+        context["source"] = (f"fitted on {len(points)} measured whole-model latencies "
+                             f"({dense_variant}) of {', '.join(parts)}")
+    return pd.DataFrame(records), context

@@ -1,0 +1,320 @@
+"""Kernel predictors by value on small synthetic data with known structure (never on timings):
+the physical fit recovers its constants, the tree export predicts as scikit-learn does, the
+fraction carries over to other hardware, files round-trip, training rows follow the stated
+policy, folds leave whole shapes out, and the expectation prices every op explicitly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import workloads
+from dse.calibrate.expected import expected_designs, expected_layers
+from dse.calibrate.features import FEATURES, family_key, feature_matrix, training_rows
+from dse.calibrate.predictor import (
+    CalibrationError,
+    DevicePredictors,
+    FamilyPredictor,
+    Trees,
+    fit_family,
+    fit_physical,
+    load_predictors,
+    save_predictors,
+    shipped_predictors,
+)
+from dse.calibrate.validate import _folds, error_summary, fit_context, noise_floor
+from dse.cli.main import main
+from dse.roofline import evaluate, evaluate_layers
+
+
+def _gemm_frame(rng, rows=120):
+    m = rng.choice([64, 128, 256, 512, 1024], rows)
+    k = rng.choice([64, 256, 1024], rows)
+    n = rng.choice([1, 16, 128, 1024, 4096], rows)
+    flops = 2.0 * m * k * n
+    moved = 2.0 * (m * k + k * n + m * n)
+    return pd.DataFrame({"m": m, "k": k, "n": n, "groups": 1, "sparsity": 0.0, "block": 0,
+                         "flops": flops, "bytes": moved, "kind": "linear"})
+
+
+def test_physical_fit_recovers_floor_and_ceiling():
+    sol = np.geomspace(1e-7, 1e-2, 40)
+    floor, ceiling = fit_physical(3e-6 + sol / 0.4, sol)
+    assert floor == pytest.approx(3e-6, rel=1e-3)
+    assert ceiling == pytest.approx(0.4, rel=1e-3)
+
+
+def test_tree_export_predicts_as_sklearn():
+    sklearn = pytest.importorskip("sklearn.ensemble")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 4))
+    y = np.where(x[:, 0] > 0, 1.0, -1.0) + 0.5 * x[:, 1]
+    model = sklearn.GradientBoostingRegressor(n_estimators=30, max_depth=3).fit(x, y)
+    np.testing.assert_allclose(Trees.from_sklearn(model).predict(x), model.predict(x),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_fraction_target_learns_a_residual_and_carries_over():
+    pytest.importorskip("sklearn")
+    rng = np.random.default_rng(1)
+    frame = _gemm_frame(rng)
+    x = feature_matrix(frame, units=8, tile=128)
+    sol = frame["flops"].to_numpy() / 1e12
+    # known structure: 2 us floor, 50% of the bound, and 2x slower when N < 128
+    slow = np.where(frame["n"].to_numpy() < 128, 2.0, 1.0)
+    time_s = (2e-6 + sol / 0.5) * slow
+    model = fit_family("gemm", x, time_s, sol, shapes=10, target="fraction")
+    np.testing.assert_allclose(model.predict_s(x, sol), time_s, rtol=0.05)
+    # on hardware twice as slow the bound doubles; the fraction of it carries over
+    faster = model.predict_s(x, 2 * sol) / model.predict_s(x, sol)
+    assert np.all(faster > 1.0)
+    big = sol > 1e-4
+    np.testing.assert_allclose(faster[big], 2.0, rtol=0.1)
+    timed = fit_family("gemm", x, time_s, sol, shapes=10, target="time")
+    np.testing.assert_allclose(timed.predict_s(x, 2 * sol), timed.predict_s(x, sol))
+
+
+def test_files_round_trip(tmp_path):
+    trees = Trees(0.1, 0.5, ({"feature": [0, -2, -2], "threshold": [1.0, -2.0, -2.0],
+                              "left": [1, -1, -1], "right": [2, -1, -1],
+                              "value": [0.0, -1.0, 1.0]},))
+    fam = FamilyPredictor("gemm", "fraction", 1e-6, 0.5, trees, 10, 3, {"rmspe": 0.1})
+    preds = DevicePredictors("dev", "h100-sxm", "cuda", 132, 128, 1e-6, {"gemm": fam},
+                             {"dataset": "synthetic"})
+    path = tmp_path / "p.json"
+    save_predictors(preds, path)
+    back = load_predictors(path)
+    assert back == preds
+    x = np.zeros((2, len(FEATURES)))
+    x[1, 0] = 5.0
+    # leaf -1 for log_m <= 1, leaf +1 above: 0.1 + 0.5 * (-1) and 0.1 + 0.5 * 1
+    np.testing.assert_allclose(back.families["gemm"].residual.predict(x), [-0.4, 0.6])
+
+
+def test_bad_predictor_file_is_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(CalibrationError, match="not a predictor file"):
+        load_predictors(bad)
+    with pytest.raises(CalibrationError, match="no such predictor"):
+        load_predictors("no-such-device")
+
+
+def _dataset(rows):
+    base = {"error": "", "family": "dense", "kind": "linear", "groups": 1, "sparsity": 0.0,
+            "block": 0, "format": "dense", "implementation": "a", "min_s": 1.0,
+            "idle": pd.NA, "flops": 1.0, "bytes": 1.0, "sol_s": 0.1, "k": 8, "n": 4}
+    return pd.DataFrame([{**base, **r} for r in rows]).astype({"idle": "boolean"})
+
+
+def test_training_rows_policy():
+    frame = _dataset([
+        {"m": 8, "median_s": 2.0, "implementation": "a"},
+        {"m": 8, "median_s": 1.2, "implementation": "b"},       # fastest implementation
+        {"m": 8, "median_s": 1.0, "implementation": "c", "idle": False},   # busy machine
+        {"m": 8, "median_s": 3.0, "min_s": 1.0, "implementation": "d"},    # a stall
+        {"m": 16, "median_s": 1.0}, {"m": 16, "median_s": 1.4},  # repeats: median
+        {"m": 32, "median_s": 1.0, "error": "failed"},
+    ])
+    rows = training_rows(frame).set_index("m")
+    assert sorted(rows.index) == [8, 16]
+    assert rows.loc[8, "implementation"] == "b"
+    assert rows.loc[8, "time_s"] == 1.2
+    assert rows.loc[16, "time_s"] == pytest.approx(1.2)
+    assert rows.loc[8, "shape"] == "8x8x1"
+
+
+def test_folds_leave_whole_shapes_out():
+    shapes = pd.Series(["a", "a", "b", "c", "c", "c", "d"] * 3)
+    folds = _folds(shapes, seed=0, max_folds=3)
+    for shape in shapes.unique():
+        assert len(set(folds[shapes == shape])) == 1
+    assert len(set(folds)) == 3
+
+
+def test_error_summary_by_value():
+    e = error_summary([1.04, 0.92, 1.2, 2.0], [1.0, 1.0, 1.0, 1.0])
+    assert e["within_5"] == 0.25
+    assert e["within_10"] == 0.5
+    assert e["within_25"] == 0.75
+    assert e["rmspe"] == pytest.approx(np.sqrt((0.04**2 + 0.08**2 + 0.2**2 + 1.0) / 4))
+
+
+def test_noise_floor_by_value():
+    frame = _dataset([{"m": 8, "median_s": 1.0}, {"m": 8, "median_s": 1.05},
+                      {"m": 16, "median_s": 1.0}, {"m": 16, "median_s": 1.3},
+                      {"m": 32, "median_s": 1.0}])
+    noise = noise_floor(frame)
+    assert noise["pairs"] == 2
+    assert noise["share_over_10"] == 0.5
+
+
+def test_whole_model_constants_by_value():
+    rng = np.random.default_rng(2)
+    points = pd.DataFrame({"meas_s": rng.uniform(1e-4, 1e-3, 12),
+                           "n_meas": rng.integers(10, 100, 12),
+                           "n_unm": rng.integers(10, 100, 12),
+                           "unm_sol_s": rng.uniform(1e-5, 1e-3, 12),
+                           "grouped_sol_s": rng.uniform(0, 1e-4, 12)})
+    points["measured_s"] = (points["meas_s"] - 1e-6 * points["n_meas"]
+                            + 2e-6 * points["n_unm"] + points["unm_sol_s"] / 0.5
+                            + points["grouped_sol_s"] / 0.1)
+    points.attrs["min_floor_s"] = 5e-6
+    ctx = fit_context(points)
+    assert ctx["shift_s"] == pytest.approx(1e-6, rel=1e-3)
+    assert ctx["unmeasured_floor_s"] == pytest.approx(2e-6, rel=1e-3)
+    assert ctx["unmeasured_ceiling"] == pytest.approx(0.5, rel=1e-3)
+    assert ctx["grouped_conv_ceiling"] == pytest.approx(0.1, rel=1e-3)
+
+
+@pytest.mark.parametrize(("family", "kind", "groups", "block", "key"), [
+    ("dense", "linear", 1, 0, "gemm"), ("dense", "matmul", 12, 0, "gemm"),
+    ("dense", "conv", 1, 0, "conv"), ("dense", "conv", 96, 0, "grouped_conv"),
+    ("nm", "linear", 1, 4, "nm"), ("block", "linear", 1, 16, "block16"),
+    ("unstructured", "conv", 1, 1, "csr"), ("vector", "norm", 1, 0, "vector"),
+])
+def test_family_keys(family, kind, groups, block, key):
+    assert family_key(family, kind, groups, block) == key
+
+
+def _constant_predictors(hw="h100-sxm"):
+    """Physical-only predictors: expected = floor + sol / ceiling, exactly."""
+    def fam(key, floor, ceiling):
+        return FamilyPredictor(key, "fraction", floor, ceiling, None, 10, 3, {"rmspe": 0.2})
+    families = {"gemm": fam("gemm", 1e-6, 0.5), "nm": fam("nm", 2e-6, 0.25),
+                "block16": fam("block16", 3e-6, 0.1)}
+    return DevicePredictors("toy-dev", hw, "cuda", 132, 128, 5e-6, families, {})
+
+
+def test_expected_layers_price_every_op_explicitly():
+    trace = workloads.load_trace("toy_hybrid")
+    layers = evaluate_layers(trace, "h100-sxm", ["2:4", "block8@87.5%"], batches=2,
+                             scope="all")
+    out = expected_layers(layers, trace, _constant_predictors())
+    work = out["time_s"] > 0
+    assert (out.loc[~work, "expected_s"] == 0).all()
+    gemm = out["predictor"] == "toy-dev:gemm:fraction"
+    np.testing.assert_allclose(out.loc[gemm, "expected_s"],
+                               1e-6 + out.loc[gemm, "time_s"] / 0.5)
+    nm = out["predictor"] == "toy-dev:nm:fraction"
+    assert nm.any() and (out.loc[nm, "format"] == "2:4").all()
+    block = out["predictor"] == "toy-dev:block16:fraction"
+    assert block.any()
+    assert out.loc[block, "calibration"].str.contains("none for block8 on toy-dev: block16 "
+                                                      "used").all()
+    bound = out["predictor"] == "toy-dev:bound"
+    np.testing.assert_allclose(out.loc[bound, "expected_s"], out.loc[bound, "time_s"] + 5e-6)
+    assert out.loc[bound, "calibration"].str.startswith("none for ").all()
+    assert (gemm | nm | block | bound | ~work).all()
+
+
+def test_expected_designs_sum_ops_and_carry_over():
+    trace = workloads.load_trace("toy_hybrid")
+    hw = ["h100-sxm", "a100"]
+    layers = evaluate_layers(trace, hw, ["2:4"], batches=1, scope="gemm")
+    exp = expected_layers(layers, trace, _constant_predictors())
+    designs = expected_designs(evaluate(trace, hw, ["2:4"], batches=1), exp)
+    for row in designs.itertuples():
+        mine = exp[(exp["hardware"] == row.hardware) & (exp["format"] == row.format)]
+        assert row.expected_latency_s == pytest.approx(mine["expected_s"].sum())
+        assert row.fraction_of_sol == pytest.approx(row.latency_s / row.expected_latency_s)
+    dense = designs.set_index(["hardware", "format"])["expected_latency_s"]
+    for row in designs.itertuples():
+        assert row.expected_speedup == pytest.approx(dense[(row.hardware, "dense")]
+                                                     / row.expected_latency_s)
+    a100 = designs[designs["hardware"] == "a100"]
+    assert a100["calibration"].str.contains("fraction carried over from h100-sxm").all()
+
+
+def test_shipped_predictors_load_without_sklearn():
+    code = ("import sys; sys.modules['sklearn'] = None\n"
+            "import workloads\n"
+            "from dse.calibrate.predictor import load_predictors, shipped_predictors\n"
+            "from dse.calibrate.expected import expected_layers\n"
+            "from dse.roofline import evaluate_layers\n"
+            "t = workloads.load_trace('toy_hybrid')\n"
+            "for name in shipped_predictors():\n"
+            "    p = load_predictors(name)\n"
+            "    e = expected_layers(evaluate_layers(t, 'h100-sxm', ['2:4'], 1, scope='all'),"
+            " t, p)\n"
+            "    assert (e['expected_s'] >= 0).all() and e['expected_s'].sum() > 0, name\n"
+            "print(len(shipped_predictors()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert int(out.stdout) == len(shipped_predictors()) >= 2
+
+
+@pytest.mark.parametrize("argv", [
+    ["calibrate"],
+    ["calibrate", "--validate", "--data", "no-such-dataset"],
+    ["calibrate", "--validate", "--whole-models", "h100-sxm"],
+    ["evaluate", "--model", "toy_hybrid", "--hw", "h100", "--calibrated", "no-such-device"],
+])
+def test_user_errors_exit_2_with_one_line(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dse: error:") and "\n" not in err
+
+
+def test_evaluate_calibrated_adds_the_expectation(tmp_path, capsys):
+    out = tmp_path / "e.json"
+    assert main(["evaluate", "--model", "toy_hybrid", "--hw", "h100-sxm", "--format", "2:4",
+                 "--calibrated", "h100-sxm", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "an expectation, not a bound" in text
+    table = pd.read_json(out)
+    for column in ("expected_latency_s", "expected_speedup", "fraction_of_sol", "predictor",
+                   "validated_rmspe", "calibration"):
+        assert column in table
+    assert (table["expected_latency_s"] >= table["latency_s"]).all()
+    assert main(["evaluate", "--model", "toy_hybrid", "--hw", "h100-sxm", "--format", "2:4",
+                 "--calibrated", "h100-sxm", "--per-layer"]) == 0
+    assert "expected" in capsys.readouterr().out
+
+
+def test_fastest_implementation_is_predicted():
+    impl = len(FEATURES) - 1
+    # residual +1 (slower) for implementation 0, -1 (faster) for implementation 1
+    trees = Trees(0.0, 1.0, ({"feature": [impl, -2, -2], "threshold": [0.5, -2.0, -2.0],
+                              "left": [1, -1, -1], "right": [2, -1, -1],
+                              "value": [0.0, 1.0, -1.0]},))
+    fam = FamilyPredictor("csr", "fraction", 0.0, 1.0, trees, 10, 3,
+                          implementations=("scipy_csr", "torch_csr"))
+    time_s, names = fam.predict_best_s(np.zeros((3, len(FEATURES))), np.ones(3))
+    np.testing.assert_allclose(time_s, np.exp(-1.0))
+    assert list(names) == ["torch_csr"] * 3
+
+
+def test_method_choice_prefers_fraction_unless_time_is_clearly_better():
+    from dse.calibrate.validate import METHODS, choose_methods
+
+    frame = pd.DataFrame({"key": ["gemm"] * 4 + ["nm"] * 4, "time_s": 1.0})
+    for m in METHODS:
+        frame[f"pred_{m}"] = 1.5
+    frame.loc[frame["key"] == "gemm", "pred_time/impl"] = 1.46   # not 10% better
+    frame.loc[frame["key"] == "nm", "pred_time/best"] = 1.2      # clearly better
+    assert choose_methods(frame) == {"gemm": "fraction/impl", "nm": "time/best"}
+
+
+def test_calibrate_command_trains_validates_and_ships(tmp_path, capsys):
+    pytest.importorskip("sklearn")
+    from dse.measure.dataset import load_dataset
+
+    frame = load_dataset("h100-sxm")
+    small = frame[frame["family"].isin(["dense", "nm"]) & frame["op"].str.startswith("deit")]
+    data = tmp_path / "small.parquet"
+    small.to_parquet(data)
+    model = tmp_path / "small.json"
+    assert main(["calibrate", "--data", str(data), "--out", str(model), "--validate"]) == 0
+    text = capsys.readouterr().out
+    assert "whole weight shapes" in text and "noise floor" in text
+    loaded = load_predictors(model)
+    assert set(loaded.families) == {"gemm", "nm"}
+    assert loaded.reference_hw == "h100-sxm"
+    for fam in loaded.families.values():
+        assert fam.validated["held_out_shapes"] == 4
+        assert fam.validated["method"].split("/")[0] in ("fraction", "time")
