@@ -426,3 +426,38 @@ def test_reductions_cut_their_input():
     # their output alone their smallest tile exceeded the A100's default buffer at batch 64.
     result = simulate("efficientnet_b4", "a100", "2:4", 64, "fused", "all")
     assert result.latency_s >= result.roofline_latency_s
+
+
+# --- rules:NAME (fusion-rule tables) -------------------------------------------------------------
+
+RULES = "rules:inductor-cpu"
+
+
+@pytest.mark.parametrize("model", ["convnext_tiny", "swin_tiny", "toy_hybrid"])
+@pytest.mark.parametrize("fmt", ["dense", "2:4", "unstructured@90%"])
+@pytest.mark.parametrize("batch", [1, 16])
+def test_unlimited_simulation_equals_the_roofline_under_rules(model, fmt, batch):
+    result = simulate(model, "a100", fmt, batch, RULES, "all", UNLIMITED)
+    ref = _per_op_roofline(model, "a100", fmt, batch, RULES, "all")
+    assert list(result.ops["op"]) == list(ref["op"])
+    np.testing.assert_allclose(result.ops["latency_s"], ref["time_s"], rtol=ROOFLINE_TOL,
+                               atol=1e-18)
+    np.testing.assert_allclose(result.ops["dram_bytes"], result.ops["roofline_dram_bytes"],
+                               rtol=1e-12)
+    assert result.latency_s == pytest.approx(result.roofline_latency_s, rel=ROOFLINE_TOL)
+    rows = dse.evaluate(model, "a100", fmt, batch, fusion=RULES, scope="all")
+    assert result.roofline_latency_s == rows["latency_s"].iloc[-1]
+
+
+@pytest.mark.parametrize("buffer", [1e6, 4e6, 4e7])
+@pytest.mark.parametrize("overlap", ["pipelined", "full"])
+def test_rules_never_beat_the_roofline_and_sit_between_unfused_and_fused(buffer, overlap):
+    config = SimConfig(buffer_bytes=buffer, overlap=overlap, launch_overhead_s=0.0)
+    latency = {f: simulate("swin_tiny", "a100", "2:4", 8, f, "all", config)
+               for f in ("unfused", RULES, "fused")}
+    rules = latency[RULES]
+    assert rules.latency_s >= rules.roofline_latency_s * (1 - 1e-9)
+    assert (rules.ops["dram_bytes"] >= rules.ops["roofline_dram_bytes"] * (1 - 1e-9)).all()
+    # Fewer intermediates on chip than fused, more than unfused: DRAM traffic in between.
+    traffic = {f: r.ops["dram_bytes"].sum() for f, r in latency.items()}
+    assert traffic["unfused"] >= traffic[RULES] >= traffic["fused"] * (1 - 1e-9)

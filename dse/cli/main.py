@@ -8,31 +8,35 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+import dse
 from accelerator_models import SpecError
 from formats import FormatError
 from search.errors import SearchError, SearchInterrupted
 from workloads import TraceError
 
 from ..accuracy import AccuracyError, AccuracyTableError
+from ..calibrate.predictor import CalibrationError
 from ..explore import SweepError
 from ..measure.errors import BenchError, DatasetError, MeasureError, ProbeError
 from ..output import OutputError
 from ..roofline import EvaluationError, NumericsError
+from ..roofline.fusion_rules import FusionRulesError
 from ..sim import FanoutError, SimulationError
-from . import accuracy, bench, evaluate, hw, measure, report, simulate, workloads
+from . import accuracy, bench, calibrate, evaluate, fusion, hw, measure, report, simulate, workloads
 from . import search as search_command
+from .first_run import note_first_compile
 from .options import Parser
 
 __all__ = ["main"]
 
 #: The command groups, in the order `dse --help` lists them; each module has add_parsers().
 COMMANDS = (evaluate, workloads, accuracy, hw, simulate, search_command, report, measure,
-            bench)
+            bench, fusion, calibrate)
 
 USER_ERRORS = (SpecError, FormatError, TraceError, EvaluationError, NumericsError, OutputError,
                AccuracyError, AccuracyTableError, SearchError, SweepError, SimulationError,
                FanoutError, BenchError, MeasureError, ProbeError,
-               DatasetError)
+               DatasetError, FusionRulesError, CalibrationError)
 
 
 def build_parser() -> Parser:
@@ -40,7 +44,7 @@ def build_parser() -> Parser:
         prog="dse",
         description="Speed-of-light design-space exploration of sparse neural-network "
                     "inference: what a sparsity pattern, on given hardware, could buy.")
-    parser.add_argument("--version", action="version", version="dse 0.1.0")
+    parser.add_argument("--version", action="version", version=f"dse {dse.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser,
                                      metavar="COMMAND")
     for module in COMMANDS:
@@ -107,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         # The command as run, for the files that record it (reports, datasets, probes).
         args.command_line = "dse " + shlex.join(sys.argv[1:] if argv is None else argv)
+        if getattr(args, "evaluates", False) and (note := note_first_compile()):
+            print(note, file=sys.stderr, flush=True)  # instead of a silent pause
         code = args.run(args)
         sys.stdout.flush()  # a full device shows here, not at the interpreter's exit
         return code

@@ -170,8 +170,9 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
                        help="gemm: prunable weight GEMMs only; all: every op (default gemm)")
     if numerics:
         add_numerics_options(p)
-    p.set_defaults(single_options=tuple(single), command_name=p.prog, design_defaults={
-        "--model": models, "--hw": hardware, "--format": formats, "--batch": batches})
+    p.set_defaults(evaluates=True, single_options=tuple(single), command_name=p.prog,
+                   design_defaults={"--model": models, "--hw": hardware, "--format": formats,
+                                    "--batch": batches})
 
 
 def add_set_option(p) -> None:

@@ -4,6 +4,12 @@
 the model latency, the dense latency on the same hardware, batch, fusion and scope, the speedup,
 the bound mix, the DRAM traffic and its feature share, and which ops fell back.
 ``evaluate_layers`` gives one row per op per design point.
+
+Fusion models: ``FUSIONS`` (``unfused``, ``fused``, ``fused_prefetched``) and ``rules:NAME`` for
+each shipped rule table (:func:`fusion_models`): only the intermediates on the op-kind pairs the
+table fuses stay on chip, priced as ``sum_i max(c_i, r_i)`` with the rules' feature bytes in
+place of the fused ones (the same kernels, called once more), so that always
+``unfused >= rules:NAME >= fused``.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ import accelerator_models
 from accelerator_models import Accelerator
 from formats import Format
 from formats import parse as parse_format
-from workloads import Trace, load_trace
+from workloads import MAX_BATCH, Trace, load_trace
 
+from . import fusion_rules
 from . import kernels as K
 from .numerics import Numerics
 from .pricing import (
@@ -29,14 +36,15 @@ from .pricing import (
     KERNEL_OWN,
     KernelArrays,
     Pricing,
+    feature_bytes_rules,
     kernel_arrays,
     price,
     stack_formats,
 )
 
 __all__ = ["DEFAULT_NUMERICS", "FUSIONS", "SCOPES", "EvaluationError", "Problem", "evaluate",
-           "evaluate_layers", "fusion_latency", "label_column", "Peaks", "peaks", "pick_fallback",
-           "prepare"]
+           "evaluate_layers", "feature_bytes", "fusion_latency", "fusion_models", "label_column",
+           "Peaks", "peaks", "pick_fallback", "prepare"]
 
 FUSIONS = ("unfused", "fused", "fused_prefetched")
 DEFAULT_NUMERICS = Numerics()  # frozen, so one shared default is safe
@@ -45,6 +53,21 @@ SCOPES = ("gemm", "all")
 
 class EvaluationError(ValueError):
     """Arguments of an evaluation that cannot be used (empty lists, bad batch, unknown names)."""
+
+
+def fusion_models() -> tuple[str, ...]:
+    """Every fusion model taken: ``FUSIONS`` and ``rules:NAME`` per shipped rule table."""
+    return FUSIONS + tuple(fusion_rules.PREFIX + n for n in fusion_rules.names())
+
+
+def feature_bytes(pricing: Pricing, trace: Trace, fusion: str) -> np.ndarray:
+    """Per op (whole trace), the feature bytes per sample through DRAM under ``fusion``."""
+    if fusion == "unfused":
+        return pricing.feature_bytes_unfused
+    table = fusion_rules.table_for(fusion)
+    if table is None:
+        return pricing.feature_bytes_fused
+    return feature_bytes_rules(trace, table, pricing.numerics)
 
 
 @dataclass(frozen=True)
@@ -67,12 +90,21 @@ class Problem:
                                   "scope 'gemm' is empty; use scope 'all'")
         return arrays
 
-    def totals(self, scope: str) -> np.ndarray:
-        """``(D, 2, TOTAL_COLUMNS)``: see :func:`dse.roofline.kernels.design_totals`."""
+    def totals(self, scope: str, fusion: str = "fused") -> np.ndarray:
+        """``(D, 2, TOTAL_COLUMNS)``: see :func:`dse.roofline.kernels.design_totals`. Under
+        ``rules:NAME`` the fused columns (``T_FUSED``, ``T_MEMORY_FUSED``,
+        ``T_MEMBOUND_FUSED``) hold that model's figures; any other fusion gives the same."""
         a = self.arrays(scope)
         return K.design_totals(self.hw, self.native_ok, a.fallback_ops, self.batches,
                                a.tensor_flops, a.sparse_flops, a.csr_flops, a.weight_bytes,
-                               a.feature_bytes_unfused, a.feature_bytes_fused, a.vector_flops)
+                               a.feature_bytes_unfused, self._fused_features(a, fusion),
+                               a.vector_flops)
+
+    def _fused_features(self, a: KernelArrays, fusion: str) -> np.ndarray:
+        """What the kernels take as fused feature bytes: the rules' under ``rules:NAME``."""
+        if fusion_rules.table_for(fusion) is None:
+            return a.feature_bytes_fused
+        return np.ascontiguousarray(feature_bytes(self.pricing, self.trace, fusion)[a.ops])
 
     def design_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(hardware, format, batch) index of every design, in kernel order."""
@@ -81,11 +113,12 @@ class Problem:
 
 
 def fusion_latency(totals: np.ndarray, fusion: str) -> tuple[np.ndarray, np.ndarray]:
-    """Latency and memory time of ``totals[..., :]`` under ``fusion``."""
+    """Latency and memory time of ``totals[..., :]`` under ``fusion`` (for ``rules:NAME``,
+    totals from ``Problem.totals(scope, fusion)``)."""
     if fusion == "unfused":
         return totals[..., K.T_UNFUSED], totals[..., K.T_MEMORY_UNFUSED]
     memory = totals[..., K.T_MEMORY_FUSED]
-    if fusion == "fused":
+    if fusion == "fused" or fusion.startswith(fusion_rules.PREFIX):
         return totals[..., K.T_FUSED], memory
     # fused_prefetched: one roofline over the whole graph.
     return np.maximum(totals[..., K.T_COMPUTE], memory), memory
@@ -181,6 +214,10 @@ def prepare(trace, hardware, formats, batches, numerics) -> Problem:
     for b in batch_list:
         if isinstance(b, bool) or not isinstance(b, int | np.integer) or b < 1:
             raise EvaluationError(f"batch size {b!r} is not a positive integer")
+        # The trace's per-sample counts are bounded so that, times MAX_BATCH, they stay exact.
+        if b > MAX_BATCH:
+            raise EvaluationError(f"batch size {b!r} is above the largest supported, "
+                                  f"{MAX_BATCH:,}")
     hw = np.array([_hardware_rates(a, numerics) for a in accelerators], dtype=np.float64)
     native_ok = np.array([_native_row(a, fmts) for a in accelerators], dtype=np.bool_)
     return Problem(trace, accelerators, price(trace, fmts, numerics), hw, native_ok,
@@ -207,7 +244,7 @@ def evaluate(
     Times are seconds, traffic bytes, FLOPs useful FLOPs. ``feature_bytes_share`` is the share
     of the design's DRAM traffic that is features (activations), which pruning cannot remove.
     """
-    fusions = _choices(fusion, FUSIONS, "fusion")
+    fusions = _choices(fusion, fusion_models(), "fusion")
     scopes = _choices(scope, SCOPES, "scope")
     problem = prepare(trace, hardware, formats, batches, numerics)
     frames = [_totals_frame(problem, s, fusions, categorical) for s in scopes]
@@ -225,15 +262,13 @@ def label_column(codes: np.ndarray, names: Sequence[str], categorical: bool = Tr
 
 def _totals_frame(problem: Problem, scope: str, fusions: list[str],
                   categorical: bool = False) -> pd.DataFrame:
-    totals = problem.totals(scope)
+    totals = {}
     ops = problem.arrays(scope).ops
     n_fmt, n_b = len(problem.formats), len(problem.batches)
     h, f, b = problem.design_index()
     dense_rows = (h * n_fmt) * n_b + b  # format 0 is dense
     batch = problem.batches[b]
     p = problem.pricing
-    feat_unfused = p.feature_bytes_unfused[ops].sum() * batch
-    feat_fused = p.feature_bytes_fused[ops].sum() * batch
     shape_fallback = p.shape_fallback[:, ops].sum(axis=1)[f]
     falls_back = ~problem.native_ok[h, f]
     hw_fallback_ops = np.where(falls_back, p.needs_support[:, ops].sum(axis=1)[f], 0)
@@ -250,12 +285,16 @@ def _totals_frame(problem: Problem, scope: str, fusions: list[str],
     }
     frames = []
     for fusion in fusions:
-        alt = pick_fallback(totals, fusion)
-        chosen = totals[rows, alt]
+        # One kernel call serves the three FUSIONS; each rule table takes one more.
+        key = fusion if fusion.startswith(fusion_rules.PREFIX) else ""
+        if key not in totals:
+            totals[key] = problem.totals(scope, fusion)
+        alt = pick_fallback(totals[key], fusion)
+        chosen = totals[key][rows, alt]
         latency, memory = fusion_latency(chosen, fusion)
         membound = chosen[:, K.T_MEMBOUND_UNFUSED if fusion == "unfused"
                           else K.T_MEMBOUND_FUSED]
-        features = feat_unfused if fusion == "unfused" else feat_fused
+        features = feature_bytes(p, problem.trace, fusion)[ops].sum() * batch
         compute = chosen[:, K.T_COMPUTE]
         weight_bytes = chosen[:, K.T_WEIGHT_BYTES]
         dram = weight_bytes + features
@@ -299,24 +338,26 @@ def evaluate_layers(
     """Per-op costs of every design point: one row per (design, op).
 
     ``memory_s`` is the op's memory time under ``fusion`` (all its features for ``unfused``,
-    only model inputs and outputs for the fused models); ``time_s = max(compute_s, memory_s)``
+    only model inputs and outputs for the fused models, the features on unfused edges for
+    ``rules:NAME``); ``time_s = max(compute_s, memory_s)``
     is the op's own roofline. ``fallback`` says why an op does not run the format's own kernel:
     ``shape`` (the layer cannot take it), ``hw:dense`` or ``hw:csr`` (the hardware cannot run
     it, and that was the faster kernel it can run).
     """
-    (fusion,) = _choices(fusion, FUSIONS, "fusion")
+    (fusion,) = _choices(fusion, fusion_models(), "fusion")
     (scope,) = _choices(scope, SCOPES, "scope")
     problem = prepare(trace, hardware, formats, batches, numerics)
     a = problem.arrays(scope)
     ops = a.ops
     h, f, b = problem.design_index()
-    alt = pick_fallback(problem.totals(scope), fusion)
+    alt = pick_fallback(problem.totals(scope, fusion), fusion)
     falls_back = ~problem.native_ok[h, f]
     kernels = np.where(falls_back, np.where(alt == 1, KERNEL_CSR, KERNEL_DENSE),
                        KERNEL_OWN).astype(np.int64)
     compute, mem, mem_fused, fl, wb = K.per_op(
         problem.hw, kernels, problem.batches, a.tensor_flops, a.sparse_flops, a.csr_flops,
-        a.weight_bytes, a.feature_bytes_unfused, a.feature_bytes_fused, a.vector_flops)
+        a.weight_bytes, a.feature_bytes_unfused, problem._fused_features(a, fusion),
+        a.vector_flops)
     memory = (mem if fusion == "unfused" else mem_fused).ravel()
     compute = compute.ravel()
     n_designs, n_ops = len(h), len(ops)
@@ -355,6 +396,5 @@ def evaluate_layers(
 
 
 def _feature_bytes(problem: Problem, op: np.ndarray, b: np.ndarray, fusion: str) -> np.ndarray:
-    p = problem.pricing
-    per_sample = p.feature_bytes_unfused if fusion == "unfused" else p.feature_bytes_fused
+    per_sample = feature_bytes(problem.pricing, problem.trace, fusion)
     return per_sample[op] * problem.batches[b]

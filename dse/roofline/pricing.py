@@ -15,12 +15,14 @@ from functools import lru_cache
 import numpy as np
 
 from formats import Dense, Format, Unit, Unstructured
-from workloads import Trace
+from workloads import MODEL_INPUT, Trace
 
+from .fusion_rules import RuleTable
 from .numerics import Numerics
 
-__all__ = ["KERNEL_CSR", "KERNEL_DENSE", "KERNEL_OWN", "KernelArrays", "Pricing", "kernel_arrays",
-           "price", "scope_ops", "stack_formats"]
+__all__ = ["KERNEL_CSR", "KERNEL_DENSE", "KERNEL_OWN", "KernelArrays", "Pricing", "RuleEdges",
+           "feature_bytes_rules", "kernel_arrays", "price", "rule_edges", "scope_ops",
+           "spilled_share", "stack_formats"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -195,3 +197,64 @@ def stack_formats(formats: Sequence[Format]) -> tuple[Format, ...]:
         if fmt not in ordered:
             ordered.append(fmt)
     return tuple(ordered)
+
+
+@dataclass(frozen=True, eq=False)
+class RuleEdges:
+    """Which intermediates a rule table keeps on chip, per producer-consumer edge.
+
+    ``producers[j]`` are op j's producers (trace indices, the model input left out, as the
+    trace lists them) and ``on_chip[j][k]`` whether the edge from ``producers[j][k]`` fuses:
+    the table has (its kind, j's kind). An op's output is ``written`` to DRAM unless every
+    consumer fuses with it (a model output always is). ``input_elems`` and ``output_elems``
+    (per sample) are what then goes through DRAM: the model input, plus the share of the
+    features read from producers that arrive over unfused edges (weighted by the producers'
+    output sizes, as the simulator charges spills), and the output where written."""
+
+    producers: tuple[tuple[int, ...], ...]
+    on_chip: tuple[tuple[bool, ...], ...]
+    written: np.ndarray  # (P,) bool
+    input_elems: np.ndarray  # (P,) per sample, from DRAM
+    output_elems: np.ndarray  # (P,) per sample, to DRAM
+
+
+@lru_cache(maxsize=64)
+def rule_edges(trace: Trace, table: RuleTable) -> RuleEdges:
+    """The edges of ``trace`` that ``table`` fuses, and the feature traffic that leaves."""
+    ops = trace.ops
+    index = {name: i for i, name in enumerate(ops["name"])}
+    kinds = ops["kind"].to_numpy(dtype=object)
+    out = _as_float(ops, "output_elems")
+    producers = tuple(tuple(index[p] for p in ps if p != MODEL_INPUT) for ps in ops["producers"])
+    on_chip = tuple(tuple(table.fuses(kinds[i], kinds[j]) for i in ps)
+                    for j, ps in enumerate(producers))
+    all_fuse = np.ones(len(ops), dtype=bool)
+    consumed = np.zeros(len(ops), dtype=bool)
+    model_in = _as_float(ops, "model_input_elems")
+    from_producers = _as_float(ops, "input_elems") - model_in
+    input_elems = model_in.copy()
+    for j, (ps, chip) in enumerate(zip(producers, on_chip, strict=True)):
+        input_elems[j] += from_producers[j] * spilled_share([out[i] for i in ps], chip)
+        for i, kept in zip(ps, chip, strict=True):
+            consumed[i] = True
+            all_fuse[i] &= kept
+    written = ops["is_output"].to_numpy(dtype=bool) | ~(consumed & all_fuse)
+    return RuleEdges(producers, on_chip, written, input_elems, np.where(written, out, 0.0))
+
+
+def spilled_share(sizes: Sequence[float], kept: Sequence[bool]) -> float:
+    """The share of an op's features from producers that comes through DRAM, its producers
+    having outputs of ``sizes`` and edges kept on chip where ``kept``: by size; by count where
+    the producers wrote nothing; all of it where there is no producer (unexplained input is
+    read from DRAM, so that an empty table prices exactly as ``unfused``)."""
+    produced = sum(sizes)
+    if produced > 0:
+        return sum(x for x, k in zip(sizes, kept, strict=True) if not k) / produced
+    return sum(not k for k in kept) / len(kept) if len(kept) else 1.0
+
+
+def feature_bytes_rules(trace: Trace, table: RuleTable, numerics: Numerics) -> np.ndarray:
+    """Per op, the feature bytes per sample under ``rules:`` ``table`` (see :class:`RuleEdges`):
+    between ``feature_bytes_fused`` and ``feature_bytes_unfused`` by construction."""
+    edges = rule_edges(trace, table)
+    return float(numerics.value_bytes) * (edges.input_elems + edges.output_elems)

@@ -13,7 +13,11 @@ Planning is pure numpy and fixes every quantity the SimPy model then plays out i
   on chip when, for every op from its producer to its last consumer, it fits beside the
   intermediates already kept and that op's smallest tiles, and keeping it costs those ops less
   re-read traffic than spilling would; otherwise it spills: its producer writes it to DRAM and
-  its consumers read it back. ``unfused`` keeps nothing.
+  its consumers read it back. ``unfused`` keeps nothing. ``rules:NAME`` keeps exactly the edges
+  whose (producer kind, consumer kind) the rule table fuses: an op whose fused consumers are
+  only the very next op streams into it (no room of its own); one read further on stays on chip
+  under the same room and traffic test as above, else all its edges spill. Its output is still
+  written where some consumer does not fuse with it.
 * **Tiles.** An op is cut into tiles that fit one buffer stage (``(buffer - resident bytes) /
   depth``). A GEMM tile is an ``Tm x Tn`` block of the output with its full K slice: its weight
   rows, its input columns and its outputs. Cutting M re-reads the inputs once per row block and
@@ -23,7 +27,9 @@ Planning is pure numpy and fixes every quantity the SimPy model then plays out i
   the larger of their inputs and outputs (a reduction streams its input). Tiles are at least
   16 x 16 outputs (the MMA granularity) or 256 elements.
 * **Kernels.** Every op is a kernel when ``unfused``; when fused, a kernel is a run of ops joined
-  by intermediates kept on chip, so a spill ends a kernel. Each kernel pays the launch overhead.
+  by intermediates kept on chip, so a spill ends a kernel; under ``rules:NAME`` an op joins the
+  previous op's kernel when it reads the previous op's output over a fused edge. Each kernel
+  pays the launch overhead.
 * **Prefetch** (``fused_prefetched``): the weights of op ``j`` may load during ops ``j - depth``
   to ``j - 1`` when they fit in the buffer those ops leave free.
 
@@ -43,9 +49,25 @@ from formats import Format
 from workloads import MODEL_INPUT, Trace
 
 from ..roofline import kernels as K
-from ..roofline.evaluator import FUSIONS, SCOPES, EvaluationError, pick_fallback, prepare
+from ..roofline.evaluator import (
+    SCOPES,
+    EvaluationError,
+    feature_bytes,
+    fusion_models,
+    pick_fallback,
+    prepare,
+)
+from ..roofline.fusion_rules import table_for
 from ..roofline.numerics import Numerics
-from ..roofline.pricing import KERNEL_CSR, KERNEL_DENSE, KERNEL_OWN, kernel_arrays, scope_ops
+from ..roofline.pricing import (
+    KERNEL_CSR,
+    KERNEL_DENSE,
+    KERNEL_OWN,
+    kernel_arrays,
+    rule_edges,
+    scope_ops,
+    spilled_share,
+)
 
 __all__ = ["MIN_ELEMS", "MIN_TILE", "Plan", "PlanError", "Work", "plan", "work"]
 
@@ -83,6 +105,7 @@ class Work:
     producers: tuple[tuple[int, ...], ...]  # trace indices, the model input left out
     gemm: np.ndarray  # (P, 4) M (all groups), K, N (batch included), groups; zeros if none
     inv_bw: float
+    feature_bytes: np.ndarray  # the roofline's feature bytes under ``fusion`` (batch included)
 
     @property
     def compute_s(self) -> np.ndarray:
@@ -92,8 +115,9 @@ class Work:
 def work(trace: Trace, accelerator: Accelerator, fmt: Format, batch: int, fusion: str,
          scope: str, numerics: Numerics) -> Work:
     """The per-op work of one design, priced exactly as the roofline prices it."""
-    if fusion not in FUSIONS:
-        raise EvaluationError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
+    if fusion not in fusion_models():
+        raise EvaluationError(f"unknown fusion {fusion!r}; use one of "
+                              f"{', '.join(fusion_models())}")
     if scope not in SCOPES:
         raise EvaluationError(f"unknown scope {scope!r}; use one of {', '.join(SCOPES)}")
     problem = prepare(trace, accelerator, fmt, batch, numerics)
@@ -103,8 +127,8 @@ def work(trace: Trace, accelerator: Accelerator, fmt: Format, batch: int, fusion
     if native:
         kernel = KERNEL_OWN
     else:
-        kernel = KERNEL_CSR if pick_fallback(problem.totals(scope)[design:design + 1], fusion)[0] \
-            else KERNEL_DENSE
+        totals = problem.totals(scope, fusion)[design:design + 1]
+        kernel = KERNEL_CSR if pick_fallback(totals, fusion)[0] else KERNEL_DENSE
     a = kernel_arrays(problem.pricing, "all")
     if not native and a.fallback_ops[f] == 0:
         kernel = KERNEL_OWN
@@ -135,6 +159,7 @@ def work(trace: Trace, accelerator: Accelerator, fmt: Format, batch: int, fusion
         producers=producers,
         gemm=np.stack([m * g, k, n * b, g], axis=1),
         inv_bw=float(rates[K.HW_INV_BW]),
+        feature_bytes=feature_bytes(problem.pricing, trace, fusion) * b,
     )
 
 
@@ -224,6 +249,9 @@ def plan(work: Work, buffer_bytes: float, depth: int, launch_overhead_s: float,
         raise PlanError(f"prefetch depth {prefetch_depth} must be >= 0 (0 = no prefetch)")
     p = len(work.trace.ops)
     fused = work.fusion != "unfused"
+    table = table_for(work.fusion)
+    # rules:NAME: per edge, whether the table fuses it (kept only where its producer is resident).
+    edges = rule_edges(work.trace, table) if table is not None else None
     # Features an op reads from earlier ops, as opposed to the model input.
     from_producers = work.input_bytes - work.model_input_bytes
     consumers_last = np.full(p, -1, dtype=np.int64)
@@ -239,6 +267,13 @@ def plan(work: Work, buffer_bytes: float, depth: int, launch_overhead_s: float,
     def traffic_parts(j: int, resident: np.ndarray) -> tuple[float, float, float]:
         """(weights, inputs, outputs) op j moves through DRAM, given what is kept on chip."""
         x = work.input_bytes[j]
+        if edges is not None:
+            kept = [k and bool(resident[i]) for i, k in
+                    zip(work.producers[j], edges.on_chip[j], strict=True)]
+            share = spilled_share([work.output_bytes[i] for i in work.producers[j]], kept)
+            x = work.model_input_bytes[j] + from_producers[j] * share
+            written = edges.written[j] or not resident[j]
+            return work.weight_bytes[j], float(x), 0.0 if not written else work.output_bytes[j]
         if fused:
             # The share of the features it reads from earlier ops that spilled; an op whose
             # trace counts more input than its producers wrote is charged as the roofline is.
@@ -281,7 +316,31 @@ def plan(work: Work, buffer_bytes: float, depth: int, launch_overhead_s: float,
         return after[1] - before[1]
 
     kinds = work.trace.ops["kind"].to_numpy(dtype=object)
-    if fused:
+    if edges is not None:
+        fused_to: list[set[int]] = [set() for _ in range(p)]
+        for j, (ps, chip) in enumerate(zip(edges.producers, edges.on_chip, strict=True)):
+            for i, kept in zip(ps, chip, strict=True):
+                if kept:
+                    fused_to[i].add(j)
+        for i in range(p):
+            if not fused_to[i]:
+                continue
+            last = max(fused_to[i])
+            if last == i + 1:
+                # Fused into the next op only: it streams through, tile by tile.
+                resident[i] = True
+                continue
+            span = slice(i, last + 1)
+            size = work.output_bytes[i]
+            if not np.all(usage[span] + size + need[span] <= buffer_bytes * (1 + 1e-12)):
+                continue
+            if math.isfinite(buffer_bytes):
+                saved = size * (len(fused_to[i]) + (0 if edges.written[i] else 1))
+                if sum(extra_traffic(j, size) for j in range(i, last + 1)) >= saved:
+                    continue
+            resident[i] = True
+            usage[span] += size
+    elif fused:
         for i in range(p):
             last = consumers_last[i]
             if last < 0 or work.is_output[i]:
@@ -324,7 +383,12 @@ def plan(work: Work, buffer_bytes: float, depth: int, launch_overhead_s: float,
         load[pos] = traffic - y
 
     kernel_start = np.ones(s, dtype=bool)
-    if fused:
+    if edges is not None:
+        for pos in range(1, s):
+            j, prev = sim[pos], sim[pos - 1]
+            kernel_start[pos] = not any(i == prev and kept and resident[i] for i, kept in
+                                        zip(edges.producers[j], edges.on_chip[j], strict=True))
+    elif fused:
         for pos in range(1, s):
             j, prev = sim[pos], sim[pos - 1]
             spills_in = any(not resident[i] for i in work.producers[j])

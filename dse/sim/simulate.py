@@ -265,6 +265,8 @@ def simulate(
 
 def roofline_memory_bytes(w: Work) -> np.ndarray:
     """Per op, the bytes the roofline moves under ``w.fusion`` (all ops of the trace)."""
+    if w.fusion.startswith("rules:"):
+        return w.weight_bytes + w.feature_bytes
     if w.fusion == "unfused":
         features = w.input_bytes + w.output_bytes
     else:
