@@ -315,6 +315,20 @@ def plan(work: Work, buffer_bytes: float, depth: int, launch_overhead_s: float,
                           (buffer_bytes - usage[j] - held) / depth)
         return after[1] - before[1]
 
+    def keep(i: int, last: int, saved: float) -> None:
+        """Keep op i's output on chip through op ``last`` if it fits beside every op's tiles
+        and saves traffic: ``saved`` bytes of spills against the re-reads that holding it costs
+        the ops it lives through (their tiles shrink)."""
+        span = slice(i, last + 1)
+        size = work.output_bytes[i]
+        if not np.all(usage[span] + size + need[span] <= buffer_bytes * (1 + 1e-12)):
+            return
+        if math.isfinite(buffer_bytes) and sum(
+                extra_traffic(j, size) for j in range(i, last + 1)) >= saved:
+            return
+        resident[i] = True
+        usage[span] += size
+
     kinds = work.trace.ops["kind"].to_numpy(dtype=object)
     if edges is not None:
         fused_to: list[set[int]] = [set() for _ in range(p)]
@@ -330,16 +344,8 @@ def plan(work: Work, buffer_bytes: float, depth: int, launch_overhead_s: float,
                 # Fused into the next op only: it streams through, tile by tile.
                 resident[i] = True
                 continue
-            span = slice(i, last + 1)
-            size = work.output_bytes[i]
-            if not np.all(usage[span] + size + need[span] <= buffer_bytes * (1 + 1e-12)):
-                continue
-            if math.isfinite(buffer_bytes):
-                saved = size * (len(fused_to[i]) + (0 if edges.written[i] else 1))
-                if sum(extra_traffic(j, size) for j in range(i, last + 1)) >= saved:
-                    continue
-            resident[i] = True
-            usage[span] += size
+            keep(i, last, work.output_bytes[i] * (len(fused_to[i])
+                                                  + (0 if edges.written[i] else 1)))
     elif fused:
         for i in range(p):
             last = consumers_last[i]
@@ -351,18 +357,8 @@ def plan(work: Work, buffer_bytes: float, depth: int, launch_overhead_s: float,
                 # op i, so the intermediate never exists whole and needs no room of its own.
                 resident[i] = True
                 continue
-            span = slice(i, last + 1)
-            size = work.output_bytes[i]
-            if not np.all(usage[span] + size + need[span] <= buffer_bytes * (1 + 1e-12)):
-                continue
-            # Keep it only if that saves traffic: a spill costs a store and a load per
-            # consumer; keeping it shrinks the tiles of every op it lives through.
-            if math.isfinite(buffer_bytes):
-                cost = sum(extra_traffic(j, size) for j in range(i, last + 1))
-                if cost >= size * (1 + consumers[i]):
-                    continue
-            resident[i] = True
-            usage[span] += size
+            # A spill costs a store and a load per consumer.
+            keep(i, last, work.output_bytes[i] * (1 + consumers[i]))
 
     sim = np.flatnonzero(work.in_scope)
     s = len(sim)
