@@ -110,7 +110,12 @@ def _run_spmv(args: argparse.Namespace, budget: float, out: Path) -> int:
           f"matrices (budget {budget:.0f} s, {AFTER_RUN_S:.0f} s of it kept for the report)"
           + (f"; pruned: {dropped}" if dropped else ""),
           flush=True)
-    result = run_spmv_plan(plan, progress=StatusLine("benchmarked", "matrices"))
+    # Progress in predicted seconds, not matrices: the matrices run smallest first, so a count
+    # would promise an end far too soon.
+    predicted = plan.costs.groupby("matrix", sort=True)["seconds"].sum().cumsum().to_numpy()
+    meter = StatusLine("benchmarked", "s of the estimate")
+    result = run_spmv_plan(plan, progress=lambda done, total: meter(
+        round(float(predicted[done - 1])), round(float(predicted[-1]))))
     machine = f"{cpu_model()} ({platform.machine()})"
     parquet = out / "spmv.parquet"
 
