@@ -7,7 +7,7 @@ True
 """
 
 from .catalog import CATALOG_DIR, aliases, catalog_names, derive, load, resolve_path, spec_fields
-from .loader import FIELDS, parse_pattern
+from .loader import ENERGY_FIELDS, FIELDS, parse_pattern
 from .spec import (
     TENSOR_DTYPES,
     VECTOR_DTYPES,
@@ -21,6 +21,7 @@ __all__ = [
     "Accelerator",
     "BlockSparse",
     "CATALOG_DIR",
+    "ENERGY_FIELDS",
     "FIELDS",
     "SparseTensorCore",
     "SpecError",

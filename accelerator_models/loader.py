@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .spec import (
+    ENERGY_TABLES,
     TENSOR_DTYPES,
     VECTOR_DTYPES,
     Accelerator,
@@ -23,7 +24,8 @@ from .spec import (
     SpecError,
 )
 
-__all__ = ["FIELDS", "parse_spec_file", "build", "apply_overrides", "parse_pattern"]
+__all__ = ["ENERGY_FIELDS", "FIELDS", "parse_spec_file", "build", "apply_overrides",
+           "parse_pattern"]
 
 _PATTERN = re.compile(r"^\s*(\d{1,18})\s*:\s*(\d{1,18})\s*$")
 #: The largest group size M of a pattern: the formats' own bound (formats.nm.MAX_M), repeated
@@ -128,7 +130,10 @@ def _provenance(value: Any, where: str) -> dict[str, Any]:
 #: Every model field, by dotted key path. Each one moves some output: the rates, the sparse core
 #: and block sparsity move the evaluator's; the on-chip sizes (sm_count,
 #: shared_memory_per_sm_bytes, l2_bytes) and kernel_launch_overhead_s are optional and move the
-#: simulator's (dse.sim.simulate), which the roofline evaluator ignores.
+#: simulator's (dse.sim.simulate), which the roofline evaluator ignores; the energy, power and
+#: capacity fields (ENERGY_FIELDS) are optional and move only dse.roofline.energy's and
+#: dse.roofline.memory's outputs. Units are in the names: pJ per useful FLOP (per dtype), pJ per
+#: byte (DRAM; on-chip L2 / shared memory), watts, bytes.
 FIELDS: dict[str, Callable[[Any, str], Any]] = {
     "dram_bandwidth_bytes_per_s": _positive_float,
     **{f"tensor_flops_per_s.{d}": _positive_float for d in TENSOR_DTYPES},
@@ -141,7 +146,22 @@ FIELDS: dict[str, Callable[[Any, str], Any]] = {
     "shared_memory_per_sm_bytes": _positive_float,
     "l2_bytes": _positive_float,
     "kernel_launch_overhead_s": _non_negative_seconds,
+    # Energy, power and capacity (optional): they move dse.roofline.energy's and
+    # dse.roofline.memory's outputs (energy, power cap, fits), never the latency bound.
+    "dram_pj_per_byte": _positive_float,
+    "onchip_pj_per_byte": _positive_float,
+    **{f"{table}.{d}": _positive_float for table, dtypes in ENERGY_TABLES.items()
+       for d in dtypes},
+    "static_power_w": _positive_float,
+    "board_power_w": _positive_float,
+    "dram_capacity_bytes": _positive_float,
 }
+
+#: The energy, power and capacity fields: optional; they move the energy and memory outputs
+#: (dse.roofline.energy, dse.roofline.memory) and never a latency.
+ENERGY_FIELDS = tuple(p for p in FIELDS if p.split(".")[0] in (
+    "dram_pj_per_byte", "onchip_pj_per_byte", *ENERGY_TABLES, "static_power_w", "board_power_w",
+    "dram_capacity_bytes"))
 
 #: Descriptive keys: they name and document a spec and move no number.
 METADATA: dict[str, Callable[[Any, str], Any]] = {
@@ -154,7 +174,8 @@ METADATA: dict[str, Callable[[Any, str], Any]] = {
     "provenance": _provenance,
 }
 
-_TABLES = {"tensor_flops_per_s", "vector_flops_per_s", "sparse_tensor", "block_sparse"}
+_TABLES = {"tensor_flops_per_s", "vector_flops_per_s", "sparse_tensor", "block_sparse",
+           *ENERGY_TABLES}
 
 
 def _flatten(table: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
@@ -259,6 +280,12 @@ def build(flat: Mapping[str, Any], where: str, name: str) -> Accelerator:
     for path in values.get("unverified", ()):
         if path not in FIELDS:
             raise SpecError(f"{where}: unverified lists {path!r}, which is not a field")
+    static, board = values.get("static_power_w"), values.get("board_power_w")
+    if static is not None and board is not None and static >= board:
+        raise SpecError(f"{where}: static_power_w ({static:g} W) must be below board_power_w "
+                        f"({board:g} W): the board limit caps static plus dynamic power")
+    energy = {table: {p.split(".", 1)[1]: v for p, v in values.items()
+                      if p.startswith(table + ".")} for table in ENERGY_TABLES}
     return Accelerator(
         name=values.get("name", name),
         description=values.get("description", ""),
@@ -272,6 +299,12 @@ def build(flat: Mapping[str, Any], where: str, name: str) -> Accelerator:
         shared_memory_per_sm_bytes=values.get("shared_memory_per_sm_bytes"),
         l2_bytes=values.get("l2_bytes"),
         kernel_launch_overhead_s=values.get("kernel_launch_overhead_s"),
+        dram_pj_per_byte=values.get("dram_pj_per_byte"),
+        onchip_pj_per_byte=values.get("onchip_pj_per_byte"),
+        **energy,
+        static_power_w=values.get("static_power_w"),
+        board_power_w=values.get("board_power_w"),
+        dram_capacity_bytes=values.get("dram_capacity_bytes"),
         aliases=values.get("aliases", ()),
         sources=values.get("sources", ()),
         unverified=values.get("unverified", ()),

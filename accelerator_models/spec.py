@@ -13,6 +13,7 @@ from typing import Any
 __all__ = [
     "Accelerator",
     "BlockSparse",
+    "ENERGY_TABLES",
     "SpecError",
     "SparseTensorCore",
     "TENSOR_DTYPES",
@@ -23,6 +24,10 @@ __all__ = [
 TENSOR_DTYPES = ("fp16", "bf16", "tf32", "fp8", "int8")
 #: Vector (CUDA-core / SIMD) datatypes a spec may give a rate for.
 VECTOR_DTYPES = ("fp32", "fp16", "bf16")
+#: Per-dtype energy tables (pJ per useful FLOP) and the dtypes each one takes.
+ENERGY_TABLES = {"tensor_pj_per_flop": TENSOR_DTYPES,
+                 "sparse_tensor_pj_per_flop": TENSOR_DTYPES,
+                 "vector_pj_per_flop": VECTOR_DTYPES}
 
 
 class SpecError(ValueError):
@@ -72,6 +77,19 @@ class Accelerator:
     shared_memory_per_sm_bytes: float | None = None
     l2_bytes: float | None = None
     kernel_launch_overhead_s: float | None = None
+    # Energy, power and capacity: optional, read by dse.roofline.energy and dse.roofline.memory
+    # only (the latency bound never reads them). Energy per useful FLOP per dtype, per byte moved
+    # to or from DRAM and through the on-chip memories (L2 / shared memory), the static power
+    # drawn while a design runs, the board power limit (TDP) and the DRAM capacity.
+    dram_pj_per_byte: float | None = None
+    onchip_pj_per_byte: float | None = None
+    tensor_pj_per_flop: dict[str, float] = field(default_factory=dict)
+    #: Per useful (nonzero) FLOP on the structured-sparse tensor core.
+    sparse_tensor_pj_per_flop: dict[str, float] = field(default_factory=dict)
+    vector_pj_per_flop: dict[str, float] = field(default_factory=dict)
+    static_power_w: float | None = None
+    board_power_w: float | None = None
+    dram_capacity_bytes: float | None = None
     aliases: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     unverified: tuple[str, ...] = ()
@@ -80,6 +98,26 @@ class Accelerator:
     #: Where the figures come from (the optional ``[provenance]`` table, e.g. written by
     #: ``dse hw probe``): descriptive only, never read by a model and not compared.
     provenance: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def field_value(self, path: str):
+        """The value of the field at ``path`` (a key of :data:`accelerator_models.FIELDS`, e.g.
+        ``"tensor_pj_per_flop.fp16"``); None where the spec leaves an optional field out."""
+        head, dot, tail = path.partition(".")
+        if not dot:
+            return getattr(self, path)
+        if head == "sparse_tensor":
+            return None if self.sparse_tensor is None else getattr(self.sparse_tensor, tail)
+        if head == "block_sparse":
+            return getattr(self.block_sparse, tail)
+        return getattr(self, head).get(tail)
+
+    def __getattr__(self, name: str):
+        # Dotted paths of the per-dtype energy tables, so that code reading any field with
+        # getattr(acc, path) (`dse hw show`) reads these too. Only called when normal lookup fails.
+        head, dot, _ = name.partition(".")
+        if dot and head in ENERGY_TABLES:
+            return self.field_value(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def tensor_rate(self, dtype: str) -> float:
         """Dense tensor-core peak in FLOP/s for ``dtype``."""

@@ -3,8 +3,16 @@
 One database holds the study's settings (``dse_studies``), the exhaustive engine's work units
 (``dse_chunks``: a chunk is claimed by one worker and marked done together with its results, in
 one transaction, so a killed worker loses at most the chunk it held and never writes half of
-one), the leases on work in progress (``dse_leases``) and Optuna's own tables for the Optuna
-engine. Several processes, or machines with PostgreSQL, share a study by opening the same URL.
+one), the leases on work in progress (``dse_leases``), the results of complete studies
+(``dse_results`` and ``dse_hw_points``, below) and Optuna's own tables (for the Optuna engine's
+trials, and every study's designs as Optuna shows them). Several processes, or machines with
+PostgreSQL, share a study by opening the same URL.
+
+A complete study's results, one row per design point (as in ``results.parquet``), are in
+``dse_results``; the varied hardware knobs of each hardware point are in ``dse_hw_points``
+(``knobs``: a JSON object of ``hw.FIELD`` to value), joined on ``(study, hw_point)``::
+
+    pd.read_sql("SELECT * FROM dse_results WHERE study = 'NAME'", url)
 
 A worker holds a lease on each chunk or trial it runs: a row with an expiry time on the
 database's clock (so machines' clocks need not agree), pushed forward by a heartbeat thread
@@ -21,6 +29,7 @@ import contextlib
 import datetime as dt
 import fcntl
 import json
+import math
 import os
 import socket
 import threading
@@ -29,6 +38,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
@@ -67,6 +78,50 @@ LEASES = sa.Table(
     # Seconds since the epoch on the database's clock: every judge reads the same clock.
     sa.Column("until", sa.Float, nullable=False),
 )
+#: A complete study's results, one row per design point: what ``results.parquet`` holds, less
+#: the per-layer detail. ``role`` is candidate, baseline or dense; ``rank`` is NULL for designs
+#: that miss the target; ``pareto`` is NULL unless the objective is pareto; ``trial`` and
+#: ``trials`` (the first Optuna trial that sampled the design, and how many did) are NULL for
+#: exhaustive studies.
+RESULTS = sa.Table(
+    "dse_results", _META,
+    sa.Column("study", sa.String(200), primary_key=True),
+    sa.Column("row", sa.Integer, primary_key=True),  # results.parquet's row order
+    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("batch", sa.Integer, nullable=False),
+    sa.Column("format", sa.String(100), nullable=False),
+    sa.Column("family", sa.String(40)),
+    sa.Column("sparsity", sa.Float),
+    sa.Column("role", sa.String(20)),
+    sa.Column("hardware", sa.String(200)),
+    sa.Column("hw_point", sa.Integer, nullable=False),
+    sa.Column("speedup", sa.Float),  # over dense, same model, hardware point and batch
+    sa.Column("speedup_over_baseline", sa.Float),
+    sa.Column("baseline", sa.String(100)),
+    sa.Column("accuracy", sa.Float),  # percent
+    sa.Column("accuracy_status", sa.String(20)),
+    sa.Column("accuracy_drop", sa.Float),  # points below the baseline's accuracy
+    sa.Column("verdict", sa.String(40)),
+    sa.Column("meets_target", sa.Boolean),
+    sa.Column("rank", sa.Integer),
+    sa.Column("pareto", sa.Boolean),
+    sa.Column("latency_s", sa.Float),
+    sa.Column("dense_latency_s", sa.Float),
+    sa.Column("bound", sa.String(40)),
+    sa.Column("dram_bytes", sa.Float),
+    sa.Column("trial", sa.Integer),
+    sa.Column("trials", sa.Integer),
+)
+#: The hardware points of a complete study's results: base spec and knob values (JSON).
+HW_POINTS = sa.Table(
+    "dse_hw_points", _META,
+    sa.Column("study", sa.String(200), primary_key=True),
+    sa.Column("hw_point", sa.Integer, primary_key=True),
+    sa.Column("hardware", sa.String(200)),
+    sa.Column("knobs", sa.Text, nullable=False),
+)
+#: Rows per INSERT batch when writing results.
+_RESULT_BATCH = 50_000
 
 
 def redact(url: str) -> str:
@@ -164,6 +219,44 @@ def open_storage(url: str) -> Storage:
         raise StorageError(f"--storage {shown}: cannot connect ({_scrub(reason_text, parsed)})"
                            ) from None
     return Storage(url, engine)
+
+
+def _plain(value: Any) -> Any:
+    """A cell as a plain Python value for the database (NaN and NA as NULL)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
+def _result_records(study: str, frame: pd.DataFrame) -> list[tuple[Any, ...]]:
+    """``frame``'s rows as ``dse_results`` tuples, in column order (columns it lacks: NULL)."""
+    columns: dict[str, list[Any]] = {}
+    n = len(frame)
+    for column in RESULTS.columns:
+        name = column.name
+        if name == "study":
+            columns[name] = [study] * n
+        elif name == "row":
+            columns[name] = list(range(n))
+        elif name not in frame:
+            columns[name] = [None] * n
+        else:
+            series = frame[name]
+            if isinstance(series.dtype, pd.CategoricalDtype):
+                series = series.astype(object)
+            values = series.astype(object).where(series.notna(), None).tolist()
+            if isinstance(column.type, sa.Boolean):
+                values = [None if v is None else bool(v) for v in values]
+            elif isinstance(column.type, sa.Integer):
+                values = [None if v is None else int(v) for v in values]
+            elif isinstance(column.type, sa.String):
+                values = [None if v is None else str(v) for v in values]
+            else:
+                values = [None if v is None else float(v) for v in values]
+            columns[name] = values
+    return list(zip(*columns.values(), strict=True))
 
 
 def _scrub(text: str, parsed) -> str:
@@ -394,6 +487,38 @@ class Storage:
                                 .where(CHUNKS.c.study == study, CHUNKS.c.state == "done")
                                 .order_by(CHUNKS.c.idx))
             return [(int(i), w, bytes(r)) for i, w, r in rows]
+
+    # --- results of complete studies ----------------------------------------------------------
+
+    def result_count(self, study: str) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(RESULTS)
+                                    .where(RESULTS.c.study == study)).scalar() or 0)
+
+    def write_results(self, study: str, frame: pd.DataFrame, knob_columns: list[str]) -> None:
+        """Replace the study's rows in ``dse_results`` and ``dse_hw_points`` with ``frame``'s
+        (a complete study's ranked results), in one transaction."""
+        rows = _result_records(study, frame)
+        points = frame.drop_duplicates("hw_point")
+        knobs = points[knob_columns].to_dict(orient="records") if knob_columns else (
+            [{}] * len(points))
+        hardware = (points["hardware"].astype(str).tolist() if "hardware" in points
+                    else [None] * len(points))
+        hw_rows = [{"study": study, "hw_point": int(p), "hardware": h,
+                    "knobs": json.dumps({k: _plain(v) for k, v in kv.items()}, sort_keys=True)}
+                   for p, h, kv in zip(points["hw_point"].tolist(), hardware, knobs, strict=True)]
+        # Plain DBAPI executemany of tuples: SQLAlchemy's per-row dict handling would take
+        # most of a minute per million rows.
+        marks = ", ".join(["?" if self.backend == "sqlite" else "%s"] * len(RESULTS.columns))
+        names = ", ".join(f'"{c.name}"' for c in RESULTS.columns)
+        insert = f"INSERT INTO {RESULTS.name} ({names}) VALUES ({marks})"
+        with self.engine.begin() as conn:
+            conn.execute(RESULTS.delete().where(RESULTS.c.study == study))
+            conn.execute(HW_POINTS.delete().where(HW_POINTS.c.study == study))
+            for first in range(0, len(rows), _RESULT_BATCH):
+                conn.exec_driver_sql(insert, rows[first:first + _RESULT_BATCH])
+            if hw_rows:
+                conn.execute(HW_POINTS.insert(), hw_rows)
 
     # --- a study-wide lock (the Optuna engine's trial budget) ----------------------------------
 

@@ -49,6 +49,8 @@ ENGINES = ("auto", "exhaustive", "optuna")
 #: about 2 GB of results in memory at this size.
 EXHAUSTIVE_MAX = 5_000_000
 DEFAULT_TRIALS = 200
+#: Studies with more design rows keep only their ranked designs in the dse_results table.
+SQL_RESULTS_MAX = 100_000
 DEFAULT_OUT = Path("dse-search")
 STORAGE_ENV = "DSE_SEARCH_STORAGE"
 RESULTS_FORMATS = ("parquet", "csv")
@@ -375,6 +377,11 @@ def run_search(request: SearchRequest, notify: Notify = _silent,
     """Run (or resume) the search ``request`` asks for; ``notify`` hears what it is doing,
     ``progress`` how much of the study is done. Results are written only from a complete
     study; a study that cannot be completed raises SearchError saying what is missing."""
+    with opt.quiet():
+        return _run_search(request, notify, progress)
+
+
+def _run_search(request: SearchRequest, notify: Notify, progress: Progress) -> SearchOutcome:
     started = time.perf_counter()
     since = time.time()
     if request.workers < 1:
@@ -506,6 +513,12 @@ def run_worker(storage_url: str, study: str, index: int, progress: Progress = _s
                notify: Notify = _silent, lease_s: float = LEASE_S) -> WorkerOutcome:
     """Join ``study`` and work until every chunk or trial of it is stored (waiting for other
     workers' and taking back gone workers'); returns how much ran here."""
+    with opt.quiet():
+        return _run_worker(storage_url, study, index, progress, notify, lease_s)
+
+
+def _run_worker(storage_url: str, study: str, index: int, progress: Progress, notify: Notify,
+                lease_s: float) -> WorkerOutcome:
     if not lease_s > 0:
         raise SearchError(f"--lease-seconds {lease_s}: give a positive number")
     storage = open_storage(storage_url)
@@ -534,8 +547,9 @@ def _order_columns(frame: pd.DataFrame, knobs: list[str]) -> pd.DataFrame:
 
 def collect(problem: Problem, storage: Storage, study: str, out: Path,
             request: SearchRequest) -> SearchOutcome:
-    """Rank the study's results and write them (atomically) into ``out``; refuses a study
-    that is not complete (SearchError naming what is missing)."""
+    """Rank the study's results and write them (atomically) into ``out``, and into the study's
+    storage (``dse_results``, and the designs as Optuna trials: see ``optuna_engine``); refuses a
+    study that is not complete (SearchError naming what is missing)."""
     settings = problem.settings
     missing = _missing(problem, storage, study)
     if missing is not None:
@@ -561,6 +575,16 @@ def collect(problem: Problem, storage: Storage, study: str, out: Path,
     results_path, ranked_path = out / f"results{suffix}", out / f"ranked{suffix}"
     write_table(results, results_path)
     write_table(ranked, ranked_path)
+    # dse_results in the study's database: every design row of studies up to SQL_RESULTS_MAX
+    # rows; beyond, the ranked ones only (inserting costs ~20 s a million rows on SQLite, 4x
+    # a million-point search); results.parquet always holds every row.
+    in_sql = results if len(results) <= SQL_RESULTS_MAX else ranked
+    if storage.result_count(study) != len(in_sql):
+        storage.write_results(study, in_sql, problem.knob_columns)
+    if settings.engine == "exhaustive":
+        opt.write_designs(problem, storage, study, results, request.top)
+    else:  # studies created before their metric names were set get them now
+        opt.label(problem, opt.load(problem, storage, study, settings.seed), "optuna")
     return SearchOutcome(study, storage.shown, out, settings.engine, results, ranked,
                          [results_path, ranked_path], counts=counts, problem=problem)
 

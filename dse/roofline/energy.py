@@ -1,0 +1,296 @@
+"""Energy, average power, energy-delay product and the power cap of evaluated designs.
+
+The model (Choi et al., "A roofline model of energy", IPDPS 2013; the cap as in Choi et al.,
+"Algorithmic time, energy, and power on candidate HPC compute building blocks", IPDPS 2014):
+
+* **Dynamic energy** of a run (one batch) = sum over the ops in scope of
+  ``FLOPs x pJ/FLOP`` of the unit that runs them (tensor core at ``numerics.dtype``, sparse
+  tensor core per useful FLOP, vector cores at ``csr_dtype`` for CSR and at ``vector_dtype``
+  for elementwise work) plus ``bytes x pJ/byte`` of the traffic: every byte in the roofline's
+  count (weight values, index, features) crosses DRAM at ``dram_pj_per_byte``, and every byte an
+  op reads or writes crosses the on-chip memories once at ``onchip_pj_per_byte`` (so fusion moves
+  features from the DRAM price to the on-chip price only). By unit: ``energy_tensor_j``,
+  ``energy_sparse_tensor_j``, ``energy_vector_j``; by traffic class: ``energy_weights_j``,
+  ``energy_index_j``, ``energy_features_j`` (and the same traffic by level:
+  ``energy_dram_j`` + ``energy_onchip_j``).
+* **Static energy** = ``static_power_w x`` the (capped) latency.
+* **Power cap.** A run may not draw more than ``board_power_w`` on average: with dynamic energy
+  ``E_d`` and static power ``P_s`` it takes at least ``E_d / (board_power_w - P_s)``, so
+  ``capped_latency_s = max(latency_s, E_d / (board_power_w - P_s))`` and ``power_capped`` says
+  whether the cap set it; then ``avg_power_w == board_power_w``. The cap is applied to the whole
+  design (not op by op), so it stays a bound: per-op capping could only be slower.
+* Per run: ``energy_j = dynamic + static``; ``avg_power_w = energy_j / capped_latency_s``;
+  ``edp_js = energy_j x capped_latency_s``; per inference (per sample):
+  ``energy_per_inference_j = energy_j / batch``. ``energy_feature_share`` is the features'
+  share of ``energy_j``, the energy counterpart of ``feature_bytes_share``.
+
+Missing figures: a spec field left out (the catalog leaves out what no public figure supports)
+prices its part at zero and ``energy_unpriced`` names it, so energy is then a lower bound (as
+latency is); an unset ``sparse_tensor_pj_per_flop.<dtype>`` takes the dense tensor-core figure
+of the dtype per useful FLOP, and ``energy_unpriced`` says so too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+import accelerator_models
+from accelerator_models import Accelerator
+from formats import Dense, Format
+from formats import parse as parse_format
+from workloads import Trace, load_trace
+
+from .evaluator import DEFAULT_NUMERICS, evaluate, evaluate_layers
+from .numerics import Numerics
+
+__all__ = ["DESIGN_KEYS", "ENERGY_COLUMNS", "accelerator_table", "energy_frame",
+           "evaluate_energy", "evaluate_layer_frames", "op_traffic"]
+
+#: Columns :func:`energy_frame` adds, in order.
+ENERGY_COLUMNS = (
+    "energy_j", "energy_per_inference_j", "avg_power_w", "edp_js", "power_capped",
+    "capped_latency_s", "energy_tensor_j", "energy_sparse_tensor_j", "energy_vector_j",
+    "energy_weights_j", "energy_index_j", "energy_features_j", "energy_dram_j",
+    "energy_onchip_j", "energy_static_j", "energy_feature_share", "energy_unpriced",
+)
+
+PJ = 1e-12
+#: The columns that name one design in ``evaluate`` and ``evaluate_layers`` frames.
+DESIGN_KEYS = ("hardware", "format", "batch", "fusion", "scope")
+
+
+def accelerator_table(hardware: Accelerator | Sequence[Accelerator]) -> dict[str, Accelerator]:
+    """Accelerators by name (the ``hardware`` column of a frame); names must be unique."""
+    accs = [hardware] if isinstance(hardware, Accelerator) else list(hardware)
+    table: dict[str, Accelerator] = {}
+    for acc in accs:
+        if not isinstance(acc, Accelerator):
+            raise TypeError(f"expected accelerator_models.Accelerator, got {type(acc).__name__}; "
+                            "load names with accelerator_models.load")
+        if acc.name in table and table[acc.name] != acc:
+            raise ValueError(f"two different accelerators are both named {acc.name!r}")
+        table[acc.name] = acc
+    return table
+
+
+def op_traffic(layers: pd.DataFrame, trace: Trace, numerics: Numerics) -> pd.DataFrame:
+    """``layers`` (from ``evaluate_layers`` with the same ``trace`` and ``numerics``) with, per
+    row, in units of the run (the whole batch):
+
+    ``tensor_flops``, ``sparse_tensor_flops``, ``csr_flops`` (the op's useful GEMM FLOPs by the
+    unit that ran them), ``elementwise_flops`` (its vector work: norms, activations, bias adds),
+    ``value_bytes`` and ``index_bytes`` (``weight_bytes`` split; biases count as values),
+    ``feature_dram_bytes`` (``dram_bytes - weight_bytes``: the features the fusion model sends
+    through DRAM) and ``feature_onchip_bytes`` (every feature the op reads or writes: all of
+    them cross the on-chip memories once, whatever the fusion model).
+    """
+    ops = trace.ops
+    index = pd.Index(ops["name"])
+    j = index.get_indexer(layers["op"].astype(str))
+    if (j < 0).any():
+        missing = layers["op"].astype(str)[j < 0].iloc[0]
+        raise ValueError(f"op {missing!r} is not in trace {trace.model!r}; pass the trace the "
+                         "layers were evaluated on")
+    batch = layers["batch"].to_numpy(dtype=np.float64)
+    vb = float(numerics.value_bytes)
+    m, k, g = (ops[c].to_numpy(dtype=np.float64)[j] for c in ("m", "k", "groups"))
+    weight_elems = ops["weight_elems"].to_numpy(dtype=np.float64)[j]
+    layer_density = ops["density"].to_numpy(dtype=np.float64)[j]
+    prunable = ops["prunable"].to_numpy(dtype=bool)[j]
+    weight_bytes = layers["weight_bytes"].to_numpy(dtype=np.float64)
+    # Stored nonzeros where the op runs the format's values (own kernel or the CSR fallback of
+    # the same nonzeros); dense storage where it stays dense (shape or dense hw fallback).
+    names = layers["format"].astype(str).to_numpy(dtype=object)
+    fallback = layers["fallback"].astype(str).to_numpy(dtype=object)
+    values = weight_bytes.copy()
+    for name in pd.unique(names):
+        fmt = parse_format(name)
+        if isinstance(fmt, Dense):
+            continue
+        rows = (names == name) & prunable & ~np.isin(fallback, ["shape", "hw:dense"])
+        density = np.full(len(rows), fmt.density)
+        if fmt.takes_layer_density:
+            density = np.where(np.isnan(layer_density), density, layer_density)
+        stored = vb * (weight_elems - g * m * k + g * fmt.nnz(m, k, density))
+        values = np.where(rows, stored, values)
+    unit = layers["unit"].astype(str).to_numpy(dtype=object)
+    flops = layers["flops"].to_numpy(dtype=np.float64)
+    features = (ops["input_elems"].to_numpy(dtype=np.float64)[j]
+                + ops["output_elems"].to_numpy(dtype=np.float64)[j])
+    out = layers.copy()
+    out["tensor_flops"] = np.where(unit == "tensor", flops, 0.0)
+    out["sparse_tensor_flops"] = np.where(unit == "sparse_tensor", flops, 0.0)
+    out["csr_flops"] = np.where(unit == "vector", flops, 0.0)
+    out["elementwise_flops"] = ops["vector_flops"].to_numpy(dtype=np.float64)[j] * batch
+    out["value_bytes"] = values
+    # Index = what the storage holds beyond its values; rounding can leave -1e-9 for dense.
+    out["index_bytes"] = np.maximum(weight_bytes - values, 0.0)
+    out["feature_dram_bytes"] = layers["dram_bytes"].to_numpy(dtype=np.float64) - weight_bytes
+    out["feature_onchip_bytes"] = vb * features * batch
+    return out
+
+
+_SUMS = ("tensor_flops", "sparse_tensor_flops", "csr_flops", "elementwise_flops", "value_bytes",
+         "index_bytes", "feature_dram_bytes", "feature_onchip_bytes")
+
+
+def _design_sums(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace,
+                 numerics: Numerics) -> pd.DataFrame:
+    """Per row of ``designs``: the op sums of :data:`_SUMS` over its layers."""
+    keys = list(DESIGN_KEYS)
+    traffic = op_traffic(layers, trace, numerics)
+    for key in keys:
+        traffic[key] = traffic[key].astype(str)
+    sums = traffic.groupby(keys, sort=False)[list(_SUMS)].sum().reset_index()
+    left = designs[keys].astype(str).reset_index(drop=True)
+    merged = left.merge(sums, on=keys, how="left", validate="many_to_one")
+    if merged[list(_SUMS)].isna().any().any():
+        row = merged[merged[list(_SUMS)].isna().any(axis=1)].iloc[0]
+        raise ValueError("no layers for design " + ", ".join(f"{k}={row[k]}" for k in keys)
+                         + "; evaluate the layers of every design (evaluate_layer_frames)")
+    return merged
+
+
+def _figure(acc: Accelerator, path: str, work: np.ndarray, gaps: np.ndarray, rows: np.ndarray,
+            note: str = "") -> float | None:
+    """The figure at ``path``, or None; where it is unset, the rows in ``rows`` with ``work``
+    get ``path`` (and ``note``) appended to their ``gaps``."""
+    value = acc.field_value(path)
+    if value is None:
+        label = f"{path} ({note})" if note else path
+        for i in np.flatnonzero(rows & (work > 0)):
+            gaps[i].append(label)
+    return value
+
+
+def energy_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str,
+                 hardware: Accelerator | Sequence[Accelerator],
+                 numerics: Numerics = DEFAULT_NUMERICS) -> pd.DataFrame:
+    """``designs`` (from ``evaluate``) with :data:`ENERGY_COLUMNS` added (see the module).
+
+    ``layers``: ``evaluate_layers`` rows of every design (all its fusion models and scopes; see
+    :func:`evaluate_layer_frames`), same trace and numerics; ``hardware``: the accelerators
+    the designs name. Energies in joules per run (the whole batch; ``energy_per_inference_j``
+    per sample);
+    power in watts; ``edp_js`` in joule-seconds.
+    """
+    trace = trace if isinstance(trace, Trace) else load_trace(trace)
+    accs = accelerator_table(hardware)
+    sums = _design_sums(designs, layers, trace, numerics)
+    n = len(designs)
+    cols = {c: np.zeros(n) for c in ("e_tensor", "e_sparse", "e_csr", "e_vector", "dram",
+                                    "onchip", "static", "board")}
+    gaps = np.empty(n, dtype=object)
+    for i in range(n):
+        gaps[i] = []
+    s = {c: sums[c].to_numpy(dtype=np.float64) for c in _SUMS}
+    traffic = s["value_bytes"] + s["index_bytes"] + s["feature_onchip_bytes"]
+    always = np.ones(n)
+    hw_names = sums["hardware"].to_numpy(dtype=object)
+    dt, cd, vd = numerics.dtype, numerics.csr_dtype, numerics.vector_dtype
+    for name in pd.unique(hw_names):
+        if name not in accs:
+            raise ValueError(f"designs name hardware {name!r}, which is not among the "
+                             "accelerators given; pass every accelerator evaluated")
+        acc = accs[name]
+        rows = hw_names == name
+        tensor_work = s["tensor_flops"] + s["sparse_tensor_flops"]
+        figures = {
+            "e_tensor": _figure(acc, f"tensor_pj_per_flop.{dt}", tensor_work, gaps, rows),
+            "e_csr": _figure(acc, f"vector_pj_per_flop.{cd}", s["csr_flops"], gaps, rows),
+            "e_vector": _figure(acc, f"vector_pj_per_flop.{vd}", s["elementwise_flops"], gaps,
+                                rows),
+            "dram": _figure(acc, "dram_pj_per_byte", traffic, gaps, rows),
+            "onchip": _figure(acc, "onchip_pj_per_byte", traffic, gaps, rows),
+            "static": _figure(acc, "static_power_w", always, gaps, rows),
+        }
+        # The sparse tensor core's own figure, else the dense one per useful FLOP.
+        figures["e_sparse"] = _figure(acc, f"sparse_tensor_pj_per_flop.{dt}",
+                                      s["sparse_tensor_flops"], gaps, rows,
+                                      note="dense tensor figure used")
+        if figures["e_sparse"] is None:
+            figures["e_sparse"] = figures["e_tensor"]
+        for column, value in figures.items():
+            cols[column][rows] = 0.0 if value is None else value
+        cols["board"][rows] = np.nan if acc.board_power_w is None else acc.board_power_w
+    unpriced = np.array(["; ".join(g) for g in gaps], dtype=object)
+    s = {c: sums[c].to_numpy(dtype=np.float64) for c in _SUMS}
+    tensor = PJ * s["tensor_flops"] * cols["e_tensor"]
+    sparse = PJ * s["sparse_tensor_flops"] * cols["e_sparse"]
+    vector = PJ * (s["csr_flops"] * cols["e_csr"] + s["elementwise_flops"] * cols["e_vector"])
+    per_byte = PJ * (cols["dram"] + cols["onchip"])
+    weights = s["value_bytes"] * per_byte
+    index = s["index_bytes"] * per_byte
+    features = PJ * (s["feature_dram_bytes"] * cols["dram"]
+                     + s["feature_onchip_bytes"] * cols["onchip"])
+    dram = PJ * cols["dram"] * (s["value_bytes"] + s["index_bytes"] + s["feature_dram_bytes"])
+    onchip = PJ * cols["onchip"] * (s["value_bytes"] + s["index_bytes"]
+                                    + s["feature_onchip_bytes"])
+    dynamic = tensor + sparse + vector + weights + index + features
+    latency = designs["latency_s"].to_numpy(dtype=np.float64)
+    headroom = cols["board"] - cols["static"]
+    with np.errstate(invalid="ignore"):
+        capped_at = np.where(np.isnan(headroom), 0.0, dynamic / headroom)
+    capped = capped_at > latency
+    capped_latency = np.where(capped, capped_at, latency)
+    static = cols["static"] * capped_latency
+    energy = dynamic + static
+    out = designs.copy()
+    batch = designs["batch"].to_numpy(dtype=np.float64)
+    new = {
+        "energy_j": energy,
+        "energy_per_inference_j": energy / batch,
+        "avg_power_w": energy / capped_latency,
+        "edp_js": energy * capped_latency,
+        "power_capped": capped,
+        "capped_latency_s": capped_latency,
+        "energy_tensor_j": tensor,
+        "energy_sparse_tensor_j": sparse,
+        "energy_vector_j": vector,
+        "energy_weights_j": weights,
+        "energy_index_j": index,
+        "energy_features_j": features,
+        "energy_dram_j": dram,
+        "energy_onchip_j": onchip,
+        "energy_static_j": static,
+        "energy_feature_share": np.divide(features, energy, out=np.full(n, np.nan),
+                                          where=energy > 0),
+        "energy_unpriced": unpriced,
+    }
+    for column in ENERGY_COLUMNS:
+        out[column] = new[column]
+    return out
+
+
+def evaluate_layer_frames(trace: Trace, hardware: Sequence[Accelerator],
+                          formats: Sequence[Format | str], batches: Sequence[int],
+                          fusions: Sequence[str], scopes: Sequence[str],
+                          numerics: Numerics = DEFAULT_NUMERICS) -> pd.DataFrame:
+    """``evaluate_layers`` of every fusion model and scope, concatenated: the ``layers`` that
+    :func:`energy_frame` and :func:`dse.roofline.memory.memory_frame` take."""
+    frames = [evaluate_layers(trace, list(hardware), list(formats), list(batches), fusion=f,
+                              scope=s, numerics=numerics)
+              for f in dict.fromkeys(fusions) for s in dict.fromkeys(scopes)]
+    return pd.concat(frames, ignore_index=True)
+
+
+def _listed(value) -> list:
+    return [value] if isinstance(value, str | int | Format | Accelerator) else list(value)
+
+
+def evaluate_energy(trace: Trace | str, hardware, formats, batches=1,
+                    fusion: str | Sequence[str] = "unfused", scope: str | Sequence[str] = "gemm",
+                    numerics: Numerics = DEFAULT_NUMERICS) -> pd.DataFrame:
+    """``dse.evaluate``'s designs with :data:`ENERGY_COLUMNS`; arguments as ``dse.evaluate``."""
+    trace = trace if isinstance(trace, Trace) else load_trace(trace)
+    accs = [h if isinstance(h, Accelerator) else accelerator_models.load(h)
+            for h in _listed(hardware)]
+    fusions, scopes = _listed(fusion), _listed(scope)
+    designs = evaluate(trace, accs, formats, batches, fusion=fusions, scope=scopes,
+                       numerics=numerics)
+    layers = evaluate_layer_frames(trace, accs, _listed(formats), _listed(batches), fusions,
+                                   scopes, numerics)
+    return energy_frame(designs, layers, trace, accs, numerics)

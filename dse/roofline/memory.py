@@ -1,0 +1,176 @@
+"""Peak resident memory of evaluated designs, whether they fit in DRAM, and the largest batch
+that does.
+
+The model, per design (everything at batch B is the per-sample trace times B):
+
+* **Weights**: every op's parameters in the storage of the kernel that runs it: a prunable op's
+  values and index as ``evaluate_layers`` prices them (its format, or dense / CSR where it falls
+  back), every other op's parameters dense. Resident for the whole run.
+* **Activations**: the trace's tensors (the model input and each op's output) live from the op
+  that produces them (the input from the start) to their last consumer, in the trace's
+  topological order; a model output lives to the end. At each op the live set is what has been
+  produced and is still to be read, its own output included; the peak is the largest live set.
+* **Fusion**: ``unfused`` keeps every tensor in DRAM. ``fused`` and ``fused_prefetched`` keep
+  intermediates on chip: only the model input and outputs are resident in DRAM, and the peak of
+  the live intermediates is the on-chip workspace the fusion model needs (``onchip_peak_bytes``,
+  compared with ``l2_bytes`` in ``fits_on_chip``). ``rules:NAME`` keeps in DRAM the outputs its
+  rule table writes. No other workspace: the roofline prices convolutions as implicit GEMMs.
+
+``peak_memory_bytes = weight_storage_bytes + activation_peak_bytes``; ``fits`` compares it with
+``dram_capacity_bytes`` (NA where the spec has none); ``largest_batch_that_fits`` is the closed
+form ``floor((capacity - weights) / activations per sample)``, capped at ``workloads.MAX_BATCH``
+(0 when the weights alone do not fit), with this design's weight storage (the kernel choice of a
+hardware fallback may differ at another batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+import accelerator_models
+from accelerator_models import Accelerator
+from workloads import MAX_BATCH, MODEL_INPUT, Trace, load_trace
+
+from . import fusion_rules
+from .energy import DESIGN_KEYS, accelerator_table, evaluate_layer_frames
+from .evaluator import DEFAULT_NUMERICS, FUSIONS, evaluate
+from .numerics import Numerics
+from .pricing import rule_edges
+
+__all__ = ["MEMORY_COLUMNS", "ActivationPeak", "activation_peak", "evaluate_memory",
+           "memory_frame"]
+
+#: Columns :func:`memory_frame` adds, in order.
+MEMORY_COLUMNS = ("weight_storage_bytes", "activation_peak_bytes", "onchip_peak_bytes",
+                  "peak_memory_bytes", "dram_capacity_bytes", "fits", "largest_batch_that_fits",
+                  "fits_on_chip")
+
+
+@dataclass(frozen=True)
+class ActivationPeak:
+    """Peak live activation elements per sample: resident in DRAM, and kept on chip."""
+
+    dram_elems: float
+    onchip_elems: float
+
+
+def _in_dram(trace: Trace, fusion: str) -> np.ndarray:
+    """Per op, whether its output is resident in DRAM under ``fusion``."""
+    ops = trace.ops
+    if fusion == "unfused":
+        return np.ones(len(ops), dtype=bool)
+    if fusion in FUSIONS:
+        return ops["is_output"].to_numpy(dtype=bool)
+    table = fusion_rules.table_for(fusion)
+    if table is None:
+        raise ValueError(f"unknown fusion model {fusion!r}")
+    return np.asarray(rule_edges(trace, table).written, dtype=bool)
+
+
+@lru_cache(maxsize=256)
+def activation_peak(trace: Trace, fusion: str = "unfused") -> ActivationPeak:
+    """The largest live sets of activations along ``trace``'s producer graph (see module)."""
+    ops = trace.ops
+    n = len(ops)
+    index = {name: i for i, name in enumerate(ops["name"])}
+    last_use = np.where(ops["is_output"].to_numpy(dtype=bool), n - 1, -1)
+    input_last = -1
+    for j, producers in enumerate(ops["producers"]):
+        for p in producers:
+            if p == MODEL_INPUT:
+                input_last = j
+            else:
+                last_use[index[p]] = max(last_use[index[p]], j)
+    size = ops["output_elems"].to_numpy(dtype=np.float64)
+    in_dram = _in_dram(trace, fusion)
+    dram, onchip = np.zeros(n + 1), np.zeros(n + 1)
+    # An output with no consumer inside the graph lives at least while its op runs.
+    end = np.maximum(last_use, np.arange(n))
+    for live, keep in ((dram, in_dram), (onchip, ~in_dram)):
+        np.add.at(live, np.flatnonzero(keep), size[keep])
+        np.add.at(live, end[keep] + 1, -size[keep])
+    # The model input sits in DRAM until its last reader.
+    input_elems = float(np.prod(trace.input_shape))
+    dram[0] += input_elems
+    dram[max(input_last, 0) + 1] -= input_elems
+    return ActivationPeak(float(np.cumsum(dram)[:n].max()), float(np.cumsum(onchip)[:n].max()))
+
+
+def memory_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str,
+                 hardware: Accelerator | Sequence[Accelerator],
+                 numerics: Numerics = DEFAULT_NUMERICS) -> pd.DataFrame:
+    """``designs`` (from ``evaluate``) with :data:`MEMORY_COLUMNS` added (see the module);
+    ``layers``, ``hardware`` and ``numerics`` as for :func:`dse.roofline.energy.energy_frame`.
+    Bytes for the whole batch."""
+    trace = trace if isinstance(trace, Trace) else load_trace(trace)
+    accs = accelerator_table(hardware)
+    ops = trace.ops
+    vb = float(numerics.value_bytes)
+    prunable_names = set(ops.loc[ops["prunable"], "name"])
+    fixed = vb * float(ops.loc[~ops["prunable"], "weight_elems"].sum())
+    keys = list(DESIGN_KEYS)
+    rows = layers[layers["op"].astype(str).isin(prunable_names)]
+    rows = rows.assign(**{k: rows[k].astype(str) for k in keys})
+    prunable = rows.groupby(keys, sort=False)["weight_bytes"].sum().reset_index()
+    left = designs[keys].astype(str).reset_index(drop=True)
+    merged = left.merge(prunable, on=keys, how="left", validate="many_to_one")
+    if prunable_names and merged["weight_bytes"].isna().any():
+        raise ValueError("layers lack some design; evaluate the layers of every design "
+                         "(dse.roofline.energy.evaluate_layer_frames)")
+    weights = fixed + merged["weight_bytes"].fillna(0.0).to_numpy(dtype=np.float64)
+    batch = designs["batch"].to_numpy(dtype=np.float64)
+    fusions = designs["fusion"].astype(str).to_numpy(dtype=object)
+    per_sample = np.array([activation_peak(trace, f).dram_elems for f in fusions]) * vb
+    onchip = np.array([activation_peak(trace, f).onchip_elems for f in fusions]) * vb * batch
+    activations = per_sample * batch
+    peak = weights + activations
+    names = designs["hardware"].astype(str).to_numpy(dtype=object)
+    for name in pd.unique(names):
+        if name not in accs:
+            raise ValueError(f"designs name hardware {name!r}, which is not among the "
+                             "accelerators given; pass every accelerator evaluated")
+    capacity = np.array([np.nan if accs[h].dram_capacity_bytes is None
+                         else accs[h].dram_capacity_bytes for h in names])
+    l2 = np.array([np.nan if accs[h].l2_bytes is None else accs[h].l2_bytes for h in names])
+    known = ~np.isnan(capacity)
+    room = np.where(known, capacity - weights, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        largest = np.where(per_sample > 0, np.floor(room / per_sample), MAX_BATCH)
+    largest = np.where(room < 0, 0, np.clip(largest, 0, MAX_BATCH))
+    out = designs.copy()
+    out["weight_storage_bytes"] = weights
+    out["activation_peak_bytes"] = activations
+    out["onchip_peak_bytes"] = onchip
+    out["peak_memory_bytes"] = peak
+    out["dram_capacity_bytes"] = capacity
+    out["fits"] = pd.array(np.where(known, peak <= capacity, False), dtype="boolean")
+    out.loc[~known, "fits"] = pd.NA
+    out["largest_batch_that_fits"] = pd.array(largest.astype(np.int64), dtype="Int64")
+    out.loc[~known, "largest_batch_that_fits"] = pd.NA
+    out["fits_on_chip"] = pd.array(onchip <= np.nan_to_num(l2, nan=np.inf), dtype="boolean")
+    out.loc[np.isnan(l2) & (onchip > 0), "fits_on_chip"] = pd.NA
+    return out
+
+
+def _listed(value) -> list:
+    return [value] if isinstance(value, str | int | Accelerator) else list(value)
+
+
+def evaluate_memory(trace: Trace | str, hardware, formats, batches=1,
+                    fusion: str | Sequence[str] = "unfused", scope: str | Sequence[str] = "gemm",
+                    numerics: Numerics = DEFAULT_NUMERICS) -> pd.DataFrame:
+    """``dse.evaluate``'s designs with :data:`MEMORY_COLUMNS`; arguments as ``dse.evaluate``."""
+    trace = trace if isinstance(trace, Trace) else load_trace(trace)
+    accs = [h if isinstance(h, Accelerator) else accelerator_models.load(h)
+            for h in _listed(hardware)]
+    fusions, scopes = _listed(fusion), _listed(scope)
+    designs = evaluate(trace, accs, formats, batches, fusion=fusions, scope=scopes,
+                       numerics=numerics)
+    layers = evaluate_layer_frames(trace, accs, _listed(formats), _listed(batches), fusions,
+                                   scopes, numerics)
+    return memory_frame(designs, layers, trace, accs, numerics)
