@@ -118,15 +118,23 @@ def test_evaluate_prints_table_with_formats_and_speedups(capsys):
         assert name in out
     for speedup in expected["speedup"]:
         assert f"{speedup:.3f}x" in out
-    # one printed line per design, plus the title and the column header
-    assert len(out.strip().splitlines()) == len(expected) + 2
+    # one printed line per design, plus the title and the column header (then the energy and
+    # memory table: one line per design again, its title, header and the unpriced note)
+    assert len(_latency_table(out)) == len(expected) + 2
+    assert len(out.strip().splitlines()) == 2 * len(expected) + 5
+
+
+def _latency_table(out: str) -> list[str]:
+    """The printed latency table: the lines before the energy and memory table."""
+    lines = out.strip().splitlines()
+    return lines[:next(i for i, line in enumerate(lines) if line.startswith("energy per"))]
 
 
 def test_evaluate_default_is_batch_1_unfused(capsys):
     assert run_cli(BASE) == 0
     out = capsys.readouterr().out
     expected = dse.evaluate("toy_hybrid", "a100", ["2:4"], [1], fusion="unfused")
-    assert len(out.strip().splitlines()) == len(expected) + 2
+    assert len(_latency_table(out)) == len(expected) + 2
     assert "unfused" in out and "fused_prefetched" not in out
 
 

@@ -230,3 +230,23 @@ def test_energy_is_additive_and_capped_power_is_the_board_limit(trace, hw, fmt, 
         assert row["avg_power_w"] == pytest.approx(board)
     assert math.isclose(row["capped_latency_s"] * row["avg_power_w"], row["energy_j"],
                         rel_tol=1e-9)
+
+
+def test_evaluate_prints_energy_power_cap_and_memory(capsys, tmp_path):
+    from dse.cli import main
+
+    out_file = tmp_path / "designs.json"
+    argv = ["evaluate", "--model", "convnext_tiny", "--hw", "a100", "--format", "2:4",
+            "--batch", "1", "--batch", "256", "--out", str(out_file)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for needle in ("energy/inference (mJ)", "avg power (W)", "power cap", "peak memory (GiB)",
+                   "fits", "largest batch that fits"):
+        assert needle in out, needle
+    import json
+
+    rows = json.loads(out_file.read_text())
+    assert len(rows) == 4
+    for row in rows:  # the file carries what the table shows
+        assert row["energy_per_inference_j"] > 0 and row["avg_power_w"] > 0
+        assert row["fits"] is True and row["peak_memory_bytes"] > row["weight_storage_bytes"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -12,8 +13,14 @@ from workloads import trace_names
 
 from ..calibrate.expected import expected_designs, expected_layers
 from ..calibrate.predictor import load_predictors
-from ..output import write_table
-from ..roofline import evaluate, evaluate_layers
+from ..output import format_seconds, write_table
+from ..roofline import (
+    energy_frame,
+    evaluate,
+    evaluate_layer_frames,
+    evaluate_layers,
+    memory_frame,
+)
 from .options import Default, add_design_options, check_outputs, design_from_args
 from .tables import missing, seconds_column, share
 
@@ -64,7 +71,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                              scope=d.scope, numerics=d.numerics)
             if expected is not None:
                 table = expected_designs(table, expected)
+            table = _with_energy_and_memory(table, trace, d)
             print(_design_table(table, trace))
+            print(_energy_table(table))
         if expected is not None:
             print(_calibration_note(expected, predictors))
         frames.append(table)
@@ -73,6 +82,42 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         write_table(table, args.out)
         print(f"wrote {len(table)} rows to {args.out}")
     return 0
+
+
+def _with_energy_and_memory(table: pd.DataFrame, trace, d) -> pd.DataFrame:
+    """The designs with energy, power (and the cap) and memory (peak, fits) columns."""
+    layers = evaluate_layer_frames(trace, d.hardware, d.formats, d.batches, d.fusions,
+                                   [d.scope], d.numerics)
+    table = energy_frame(table, layers, trace, d.hardware, d.numerics)
+    return memory_frame(table, layers, trace, d.hardware, d.numerics)
+
+
+def _energy_table(table: pd.DataFrame) -> str:
+    """Energy, power and memory per design: what an architect weighs against latency."""
+    def fits(value) -> str:
+        return missing() if pd.isna(value) else ("yes" if value else "NO")
+
+    shown = pd.DataFrame({
+        "hardware": table["hardware"], "format": table["format"], "batch": table["batch"],
+        "fusion": table["fusion"],
+        "energy/inference (mJ)": [missing() if pd.isna(v) else f"{v * 1e3:.4g}"
+                                  for v in table["energy_per_inference_j"]],
+        "avg power (W)": [missing() if pd.isna(v) else f"{v:.0f}" for v in table["avg_power_w"]],
+        "power cap": [f"active: {format_seconds(c)}" if capped else "-"
+                      for capped, c in zip(table["power_capped"], table["capped_latency_s"],
+                                           strict=True)],
+        "peak memory (GiB)": [f"{v / 2**30:.3g}" for v in table["peak_memory_bytes"]],
+        "fits": [fits(v) for v in table["fits"]],
+        "largest batch that fits": [missing() if pd.isna(v) else f"{int(v):,}"
+                                    for v in table["largest_batch_that_fits"]],
+    })
+    unpriced = sorted({g.strip() for gaps in table.get("energy_unpriced", [])
+                       for g in re.split(r"[;,] ", str(gaps)) if g.strip() not in ("", "nan")})
+    note = ("\nenergy leaves out what the spec has no figure for (a lower bound there): "
+            + ", ".join(unpriced)) if unpriced else ""
+    return ("energy per inference (dynamic by unit and traffic, plus static power x latency), "
+            "average power, power cap (latency when the board limit binds), memory:\n"
+            + shown.to_string(index=False) + note)
 
 
 def fallback_summary(shape_ops: int, hw_fallback: str, hw_ops: int) -> str:

@@ -2,10 +2,13 @@
 
 Owns pricing every (format, op) pair once (:mod:`.pricing`), the numba kernels that turn prices
 into per-design and per-op times (:mod:`.kernels`), the numerics of a run (:mod:`.numerics`) and
-the typed, DataFrame-returning evaluator (:mod:`.evaluator`: ``evaluate``, ``evaluate_layers``).
+the typed, DataFrame-returning evaluator (:mod:`.evaluator`: ``evaluate``, ``evaluate_layers``),
+and beside the latency what a design costs in energy and power (:mod:`.energy`, with the power
+cap) and in memory (:mod:`.memory`: peak resident bytes, fits, the largest batch that fits).
 Imports only the ground packages (``formats``, ``accelerator_models``, ``workloads``).
 """
 
+from .energy import ENERGY_COLUMNS, energy_frame, evaluate_energy, evaluate_layer_frames
 from .evaluator import (
     DEFAULT_NUMERICS,
     FUSIONS,
@@ -16,10 +19,19 @@ from .evaluator import (
     evaluate_layers,
     peaks,
 )
+from .memory import MEMORY_COLUMNS, activation_peak, evaluate_memory, memory_frame
 from .numerics import DTYPE_BYTES, Numerics, NumericsError
 
 __all__ = [
     "DEFAULT_NUMERICS",
+    "ENERGY_COLUMNS",
+    "MEMORY_COLUMNS",
+    "activation_peak",
+    "energy_frame",
+    "evaluate_energy",
+    "evaluate_layer_frames",
+    "evaluate_memory",
+    "memory_frame",
     "DTYPE_BYTES",
     "FUSIONS",
     "SCOPES",
