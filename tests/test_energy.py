@@ -250,3 +250,15 @@ def test_evaluate_prints_energy_power_cap_and_memory(capsys, tmp_path):
     for row in rows:  # the file carries what the table shows
         assert row["energy_per_inference_j"] > 0 and row["avg_power_w"] > 0
         assert row["fits"] is True and row["peak_memory_bytes"] > row["weight_storage_bytes"]
+
+
+def test_feature_overhead_study_has_the_energy_view():
+    from dse.explore import feature_overhead
+    from workloads import load_trace
+
+    study = feature_overhead([load_trace("convnext_tiny")], "a100", (), ["2:4"], [1, 32])
+    row = study.shares.set_index("format").loc["2:4"]
+    assert 0 < row["feature_energy_share_batch_1"] < 1
+    direct = study.evaluated
+    assert np.allclose(direct["feature_energy_share"],
+                       direct["energy_features_j"] / direct["energy_j"])

@@ -277,11 +277,14 @@ def _cmd_feature_overhead(args: argparse.Namespace) -> int:
     print(f"hardware: {d.hardware_names[0]}"
           + (f" with {'; '.join(study.overrides)}" if study.overrides else ""))
     shares_shown = study.shares.copy()
-    for column in ("feature_share_batch_1", "feature_share_batch_32"):
+    names = {"feature_share_batch_1": "traffic, batch 1",
+             "feature_share_batch_32": "traffic, batch 32",
+             "feature_energy_share_batch_1": "energy, batch 1",
+             "feature_energy_share_batch_32": "energy, batch 32"}
+    for column in names:
         shares_shown[column] = shares_shown[column].map(share)
-    print(shares_shown.rename(columns={"feature_share_batch_1": "feature share, batch 1",
-                                       "feature_share_batch_32": "feature share, batch 32"})
-          .to_string(index=False))
+    print("features' share of DRAM traffic and of energy:")
+    print(shares_shown.rename(columns=names).to_string(index=False))
     print()
     shown = crossover.astype(object).where(crossover.notna(), missing())
     shown["speedup_at_smallest_batch"] = crossover["speedup_at_smallest_batch"].map(

@@ -21,7 +21,7 @@ from formats import NM
 from formats import parse as parse_format
 from workloads import Trace
 
-from ..roofline import DEFAULT_NUMERICS, EvaluationError, Numerics, evaluate
+from ..roofline import DEFAULT_NUMERICS, EvaluationError, Numerics, evaluate, evaluate_energy
 
 __all__ = ["DEFAULT_BATCHES", "DEFAULT_FORMATS", "FeatureOverhead", "crossover_batches",
            "feature_overhead", "tornado"]
@@ -113,16 +113,23 @@ def feature_overhead(traces: Sequence[Trace], hardware: str = "a100",
         if nm:
             overrides = [*overrides, "sparse_tensor.patterns=" + ",".join(nm)]
     acc = accelerator_models.load(hardware, overrides)
-    frames = [evaluate(t, acc, list(formats), list(batches), fusion=fusion, scope=scope,
-                       numerics=numerics) for t in traces]
+    # With energy: the features' share of the energy beside their share of the traffic (where
+    # the spec lacks an energy figure, that part is left out and the shares say so in
+    # energy_unpriced).
+    frames = [evaluate_energy(t, acc, list(formats), list(batches), fusion=fusion, scope=scope,
+                              numerics=numerics) for t in traces]
     evaluated = pd.concat(frames, ignore_index=True)
+    evaluated["feature_energy_share"] = evaluated["energy_features_j"] / evaluated["energy_j"]
     shares = []
     for model, group in evaluated.groupby("model", sort=False):
         for fmt, rows in group.groupby("format", sort=False):
             by_batch = rows.set_index("batch")["feature_bytes_share"]
+            energy = rows.set_index("batch")["feature_energy_share"]
             shares.append({"model": model, "format": fmt,
                            "feature_share_batch_1": by_batch.get(1, np.nan),
-                           "feature_share_batch_32": by_batch.get(32, np.nan)})
+                           "feature_share_batch_32": by_batch.get(32, np.nan),
+                           "feature_energy_share_batch_1": energy.get(1, np.nan),
+                           "feature_energy_share_batch_32": energy.get(32, np.nan)})
     models = [t.model for t in traces]
     pick = tornado_model or ("convnext_tiny" if "convnext_tiny" in models else models[0])
     if pick not in models:
