@@ -253,6 +253,8 @@ def test_evaluate_prints_energy_power_cap_and_memory(capsys, tmp_path):
 
 
 def test_feature_overhead_study_has_the_energy_view():
+    import numpy as np
+
     from dse.explore import feature_overhead
     from workloads import load_trace
 
