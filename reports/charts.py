@@ -31,6 +31,8 @@ __all__ = [
     "FALLBACK_FIELDS",
     "bound_mix_chart",
     "bound_mix_data",
+    "energy_breakdown_chart",
+    "energy_breakdown_data",
     "feature_share_chart",
     "feature_share_data",
     "fallback_text",
@@ -830,6 +832,138 @@ def hardware_comparison_chart(data: pd.DataFrame) -> alt.VConcatChart:
         facet(alt.layer(bars, one, data=inline), "Speedup over dense on the same hardware"),
     ).properties(title=_title("Latency and speedup by hardware",
                               _context(data, ("model", "batch", "fusion", "scope")), note))
+
+
+# --- 5b. energy per inference by unit and by traffic class against batch ------------------------
+
+#: The two stacks of :func:`energy_breakdown_data`: (breakdown, part, column of ``energy_frame``);
+#: each stack sums to ``energy_j`` (compute units, data movement and static energy in the first;
+#: weights, index, features, compute and static in the second).
+_ENERGY_PARTS = (
+    ("by unit", "tensor core", ("energy_tensor_j",)),
+    ("by unit", "sparse tensor core", ("energy_sparse_tensor_j",)),
+    ("by unit", "vector cores", ("energy_vector_j",)),
+    ("by unit", "data movement", ("energy_weights_j", "energy_index_j", "energy_features_j")),
+    ("by unit", "static", ("energy_static_j",)),
+    ("by traffic class", "weights", ("energy_weights_j",)),
+    ("by traffic class", "index", ("energy_index_j",)),
+    ("by traffic class", "features", ("energy_features_j",)),
+    ("by traffic class", "compute", ("energy_tensor_j", "energy_sparse_tensor_j",
+                                     "energy_vector_j")),
+    ("by traffic class", "static", ("energy_static_j",)),
+)
+_ENERGY_COLORS = {"tensor core": "#1f77b4", "sparse tensor core": "#17becf",
+                  "vector cores": "#9467bd", "data movement": "#ff7f0e", "static": "#7f7f7f",
+                  "weights": "#2ca02c", "index": "#d62728", "features": "#e377c2",
+                  "compute": "#1f77b4"}
+
+
+def energy_breakdown_data(frame: pd.DataFrame) -> pd.DataFrame:
+    """Energy per inference split by unit and by traffic class, per design, against batch.
+
+    ``frame``: ``dse.roofline.energy_frame`` rows (``dse.roofline.evaluate_energy``) of one
+    model, fusion and scope; any hardware, formats and batches. One row per design and part:
+    ``model, hardware, format, batch, fusion, scope, breakdown`` (``by unit`` or ``by traffic
+    class``), ``part``, ``energy_per_inference_j`` (the part's joules per sample),
+    ``share`` (of the design's energy) and ``total_per_inference_j``; then ``power_capped``,
+    ``energy_unpriced`` and the fallback fields. Each breakdown's parts sum to the design's
+    ``energy_per_inference_j``; parts zero in every design are left out. Sorted by hardware,
+    format (pattern order), batch, breakdown and part order.
+    """
+    builder = "energy_breakdown_data"
+    columns = {c for _, _, cs in _ENERGY_PARTS for c in cs}
+    _require(frame, ("model", "hardware", "format", "batch", "energy_j", *sorted(columns)),
+             builder)
+    _one_value(frame, ("model", "fusion", "scope"), builder)
+    batch = frame["batch"].to_numpy(dtype=np.float64)
+    energy = frame["energy_j"].to_numpy(dtype=np.float64)
+    design = {
+        **_design_columns(frame, ("model", "hardware")),
+        "format": _text(frame["format"]).to_numpy(),
+        "batch": frame["batch"].to_numpy(dtype=np.int64),
+        **_design_columns(frame, ("fusion", "scope")),
+    }
+    extra = {
+        "power_capped": (frame["power_capped"].to_numpy(dtype=bool) if "power_capped" in frame
+                         else np.zeros(len(frame), dtype=bool)),
+        "energy_unpriced": (_text(frame["energy_unpriced"]).fillna("").to_numpy()
+                            if "energy_unpriced" in frame else np.full(len(frame), "")),
+        **_fallback_columns(frame),
+    }
+    parts = []
+    for order, (breakdown, part, cols) in enumerate(_ENERGY_PARTS):
+        joules = sum(frame[c].to_numpy(dtype=np.float64) for c in cols)
+        if not (joules > 0).any():
+            continue
+        parts.append(pd.DataFrame({
+            **design, "breakdown": breakdown, "part": part, "part_order": order,
+            "energy_per_inference_j": joules / batch,
+            "share": np.divide(joules, energy, out=np.full(len(frame), np.nan),
+                               where=energy > 0),
+            "total_per_inference_j": energy / batch, **extra}))
+    if not parts:
+        raise ValueError(f"{builder}: every energy part is zero; the spec prices nothing "
+                         "(see energy_unpriced)")
+    out = pd.concat(parts, ignore_index=True)
+    keys = [k for k in ("hardware", "format", "batch") if k in out] + ["part_order"]
+    out = _sorted(out, keys)
+    return out.drop(columns="part_order")
+
+
+def energy_breakdown_chart(data: pd.DataFrame) -> alt.VConcatChart:
+    """Two panels of stacked bars against batch (energy per inference, mJ): by unit, and by
+    traffic class; a column per format and a row per hardware. The title names the model,
+    hardware, fusion and scope where fixed, the subtitle what energy leaves out (a lower bound
+    there) and the designs whose power limit binds."""
+    inline = _inline(data)
+    formats = _format_order(data["format"])
+    batches = sorted({int(b) for b in data["batch"]})
+    several_hw = "hardware" in data and data["hardware"].nunique() > 1
+    tooltip = ["hardware:N", "format:N", "batch:O", "part:N",
+               alt.Tooltip("energy_mj:Q", title="energy/inference (mJ)", format=".4~g"),
+               alt.Tooltip("share:Q", format=".1%"),
+               alt.Tooltip("total_mj:Q", title="total (mJ)", format=".4~g")]
+
+    def panel(breakdown: str) -> alt.FacetChart:
+        order = [p for b, p, _ in _ENERGY_PARTS if b == breakdown and p in set(data["part"])]
+        bars = alt.Chart().transform_filter(alt.datum.breakdown == breakdown).transform_calculate(
+            energy_mj="datum.energy_per_inference_j * 1000",
+            total_mj="datum.total_per_inference_j * 1000",
+            part_rank=f"indexof({json.dumps(order)}, datum.part)").mark_bar(
+            stroke="#444", strokeWidth=0.3).encode(
+            x=alt.X("batch:O", title="batch size", sort=batches,
+                    axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("energy_mj:Q", title="energy per inference (mJ)", stack="zero"),
+            color=alt.Color("part:N", sort=order, title=breakdown,
+                            scale=alt.Scale(domain=order,
+                                            range=[_ENERGY_COLORS[p] for p in order])),
+            order=alt.Order("part_rank:Q"), tooltip=tooltip)
+        width = max(120, min(_FACET_WIDTH, 36 * len(batches)))
+        facet = {"column": alt.Column("format:N", sort=formats, title=None)}
+        if several_hw:
+            facet["row"] = alt.Row("hardware:N", title=None)
+        return alt.layer(bars, data=inline).properties(width=width, height=170).facet(
+            **facet).properties(title=f"Energy per inference {breakdown}")
+
+    notes = []
+    unpriced = sorted({g.strip() for gaps in data.get("energy_unpriced", [])
+                       for g in str(gaps).split(";") if g.strip() not in ("", "nan", "None")})
+    if unpriced:
+        notes.append("a lower bound: the spec has no figure for " + ", ".join(unpriced))
+    if "power_capped" in data and data["power_capped"].astype(bool).any():
+        capped = data[data["power_capped"].astype(bool)].drop_duplicates(
+            ["hardware", "format", "batch"])
+        notes.append("the board power limit binds (latency stretched) for "
+                     + _listed([f"{r.format} at batch {r.batch}"
+                                + (f" on {r.hardware}" if several_hw else "")
+                                for r in capped.itertuples(index=False)]))
+    notes += [line.replace("hollow markers", "bars")
+              for line in _fallback_note(data.drop_duplicates(["hardware", "format", "batch"]),
+                                         ("hardware", "format"))]
+    return alt.vconcat(panel("by unit"), panel("by traffic class")).resolve_scale(
+        color="independent").properties(title=_title(
+            "Energy per inference by unit and by traffic class against batch",
+            _context(data, ("model", "hardware", "fusion", "scope")), notes))
 
 
 # --- 6. Pareto fronts of a search ---------------------------------------------------------------

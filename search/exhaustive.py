@@ -30,7 +30,8 @@ CHUNK_POINTS = 200_000
 # Strings repeated on every row travel as dictionary-encoded (categorical) columns: an order of
 # magnitude smaller and faster to serialize than Python strings.
 _CATEGORICAL = ("model", "hardware", "format", "family", "fusion", "scope", "bound",
-                "hw_fallback", "accuracy_status", "role", "baseline", "verdict")
+                "hw_fallback", "accuracy_status", "role", "baseline", "verdict",
+                "energy_unpriced")
 
 
 @dataclass(frozen=True)

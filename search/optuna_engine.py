@@ -2,8 +2,11 @@
 
 A trial is one design (format, base hardware, a value per knob) evaluated on every model and
 batch of the space. Its value aggregates over them (the geometric mean of the speedups, the mean
-accuracy, or the minimized hardware field) and the target becomes two Optuna constraints (speed
-and accuracy, each <= 0 when met) on the worst model and batch.
+accuracy, the minimized hardware field, or the geometric mean of a minimized design column:
+``energy_per_inference_j`` for ``--objective energy``, ``edp_js`` for ``edp``) and the target
+becomes two Optuna constraints (speed and accuracy, each <= 0 when met) on the worst model and
+batch. A design that does not fit in DRAM on some model and batch is recorded at the worst value
+too (the constraints stay the target's two), and its user attribute ``fits`` is false.
 
 The trial budget is exact across workers: a worker takes the study lock, counts the trials that
 count (complete, running, pruned), asks for a new one only below the budget and takes a lease on
@@ -147,7 +150,7 @@ def directions(problem: Problem) -> list[str]:
     kind = problem.objective.kind
     if kind == "pareto":
         return ["maximize", "maximize"]
-    return ["minimize"] if kind == "cost" else ["maximize"]
+    return ["minimize"] if problem.objective.column is not None else ["maximize"]
 
 
 def _sampler(problem: Problem, seed: int) -> optuna.samplers.BaseSampler:
@@ -165,6 +168,8 @@ def metric_names(problem: Problem) -> list[str]:
         return ["geomean_speedup", "mean_accuracy"]
     if kind == "accuracy":
         return ["mean_accuracy"]
+    if problem.objective.per_row:
+        return [f"geomean_{problem.objective.column}"]
     if kind == "cost":
         return [str(problem.objective.column)]
     return ["geomean_speedup"]
@@ -219,6 +224,8 @@ def objective_values(problem: Problem, rows: pd.DataFrame) -> tuple[list[float],
         values = [speedup, accuracy]
     elif kind == "accuracy":
         values = [accuracy]
+    elif problem.objective.per_row:
+        values = [_geomean(rows[problem.objective.column].to_numpy(dtype=np.float64))]
     elif kind == "cost":
         values = [float(rows[problem.objective.column].iloc[0])]
     else:
@@ -233,11 +240,24 @@ def objective_values(problem: Problem, rows: pd.DataFrame) -> tuple[list[float],
     return values, constraints
 
 
-def recorded_values(problem: Problem, values: list[float], constraints: list[float]
-                    ) -> list[float]:
-    """The values a trial records: its own when it meets the target, the worst otherwise
-    (see the module's docstring)."""
-    if all(c <= 0 for c in constraints):
+def _geomean(values: np.ndarray) -> float:
+    """The geometric mean of positive figures (0 when one is 0: an unpriced energy)."""
+    if (values <= 0).any():
+        return 0.0
+    return float(np.exp(np.mean(np.log(values))))
+
+
+def fits_everywhere(rows: pd.DataFrame) -> bool:
+    """Whether a design fits the DRAM on every model and batch (a spec without a capacity
+    counts as fitting)."""
+    return "fits" not in rows or bool(rows["fits"].to_numpy(dtype=bool, na_value=True).all())
+
+
+def recorded_values(problem: Problem, values: list[float], constraints: list[float],
+                    fits: bool = True) -> list[float]:
+    """The values a trial records: its own when it meets the target and fits in DRAM, the
+    worst otherwise (see the module's docstring)."""
+    if fits and all(c <= 0 for c in constraints):
         return values
     return [-math.inf if d == "maximize" else math.inf for d in directions(problem)]
 
@@ -255,6 +275,10 @@ def design_attrs(problem: Problem, rows: pd.DataFrame) -> dict[str, Any]:
     accuracy = rows["accuracy"].to_numpy(dtype=np.float64)
     attrs: dict[str, Any] = {"speedup": _number(np.exp(np.mean(np.log(speedup)))),
                              "accuracy": _number(np.mean(accuracy))}
+    if problem.objective.per_row:
+        attrs[problem.objective.column] = _number(
+            _geomean(rows[problem.objective.column].to_numpy(dtype=np.float64)), 9)
+    attrs["fits"] = fits_everywhere(rows)
     if problem.target is not None:
         attrs["speedup_over_baseline"] = _number(rows["speedup_over_baseline"].min())
         attrs["accuracy_drop"] = _number(rows["accuracy_drop"].max())
@@ -309,7 +333,7 @@ def run_trials(problem: Problem, storage: Storage, study: str, budget: int, seed
         fmt, point = design_of(problem, trial.params)
         rows = evaluate_design(problem, fmt, point)
         values, constraints = objective_values(problem, rows)
-        recorded = recorded_values(problem, values, constraints)
+        recorded = recorded_values(problem, values, constraints, fits_everywhere(rows))
         with storage.lock(study):  # never beside a reclaim of this very trial
             try:
                 for key, value in design_attrs(problem, rows).items():
@@ -437,7 +461,13 @@ def design_table(problem: Problem, results: pd.DataFrame) -> pd.DataFrame:
         "accuracy": rows["accuracy"].to_numpy(dtype=np.float64),
         "rank": rows["rank"].to_numpy(dtype=np.float64, na_value=np.nan)})
     frame["accuracy_missing"] = np.isnan(frame["accuracy"].to_numpy())
-    if problem.objective.kind == "cost":
+    frame["fits"] = (rows["fits"].to_numpy(dtype=bool, na_value=True) if "fits" in rows
+                     else np.ones(len(rows), dtype=bool))
+    if problem.objective.per_row:
+        # As objective_values: the geometric mean over models and batches (0 if one is 0).
+        with np.errstate(divide="ignore"):
+            frame["cost"] = np.log(rows[problem.objective.column].to_numpy(dtype=np.float64))
+    elif problem.objective.column is not None:
         frame["cost"] = rows[problem.objective.column].to_numpy(dtype=np.float64)
     target = problem.target
     if target is not None:
@@ -447,18 +477,22 @@ def design_table(problem: Problem, results: pd.DataFrame) -> pd.DataFrame:
     groups = frame.groupby(["hw_point", "format"], sort=False, observed=True)
     table = groups.agg(log_speedup=("log_speedup", "mean"), accuracy=("accuracy", "mean"),
                        accuracy_missing=("accuracy_missing", "max"),
-                       best_rank=("rank", "min"),
-                       **({"cost": ("cost", "first")} if "cost" in frame else {}),
+                       best_rank=("rank", "min"), fits=("fits", "min"),
+                       **({"cost": ("cost", "mean" if problem.objective.per_row else "first")}
+                          if "cost" in frame else {}),
                        **({"speed": ("speed", "max"), "accuracy_gap": ("accuracy_gap", "max")}
                           if target is not None else {})).reset_index()
     table["speedup"] = np.exp(table.pop("log_speedup"))
     # As objective_values: one unknown accuracy makes the mean unknown.
     table.loc[table.pop("accuracy_missing").astype(bool), "accuracy"] = np.nan
+    if problem.objective.per_row:
+        table["cost"] = np.exp(table["cost"])
+    fits = table.pop("fits").astype(bool)
     if target is None:
         table["speed"] = table["accuracy_gap"] = np.nan
-        table["feasible"] = True
+        table["feasible"] = fits
     else:
-        table["feasible"] = (table["speed"] <= 0) & (table["accuracy_gap"] <= 0)
+        table["feasible"] = (table["speed"] <= 0) & (table["accuracy_gap"] <= 0) & fits
     kind = problem.objective.kind
     if kind == "pareto":
         front = np.zeros(len(table), dtype=bool)
@@ -469,7 +503,7 @@ def design_table(problem: Problem, results: pd.DataFrame) -> pd.DataFrame:
         keys, ascending = ["feasible", "front", "speedup", "accuracy"], [False] * 4
     elif kind == "accuracy":
         keys, ascending = ["feasible", "accuracy", "speedup"], [False, False, False]
-    elif kind == "cost":
+    elif problem.objective.column is not None:
         keys, ascending = ["feasible", "cost", "speedup"], [False, True, False]
     else:
         keys, ascending = ["feasible", "speedup", "accuracy"], [False, False, False]
@@ -486,7 +520,7 @@ def _chosen(problem: Problem, table: pd.DataFrame, top: int) -> pd.DataFrame:
     if "front" in table:
         keep |= table["front"].to_numpy()
     values = table["accuracy"] if problem.objective.kind in ("accuracy", "pareto") else (
-        table["cost"] if problem.objective.kind == "cost" else table["speedup"])
+        table["cost"] if problem.objective.column is not None else table["speedup"])
     keep &= np.isfinite(values.to_numpy(dtype=np.float64))  # Optuna takes no NaN value
     if problem.objective.kind == "pareto":
         keep &= np.isfinite(table["speedup"].to_numpy())
@@ -537,7 +571,8 @@ def write_designs(problem: Problem, storage: Storage, study: str, results: pd.Da
             values, constraints = objective_values(problem, rows)
             trials.append(optuna.trial.create_trial(
                 params=params_of(problem, design.format, points[design.hw_point]),
-                distributions=dists, values=recorded_values(problem, values, constraints),
+                distributions=dists,
+                values=recorded_values(problem, values, constraints, fits_everywhere(rows)),
                 user_attrs={**design_attrs(problem, rows), "hw_point": int(design.hw_point)},
                 system_attrs={CONSTRAINTS_ATTR: constraints} if constraints else None))
         handle.add_trials(trials)

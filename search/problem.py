@@ -7,6 +7,7 @@ objective and the engine's parameters.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -16,9 +17,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from accelerator_models import Accelerator
 from dse.accuracy import DEFAULT_TABLE, AccuracyTable, AccuracyTableError, load_accuracy_table
 from dse.explore import ROOFLINE, Block, Evaluator, Simulator, evaluate_grid
+from dse.roofline import DEFAULT_NUMERICS
+from dse.roofline.energy import ENERGY_COLUMNS, energy_frame, evaluate_layer_frames
 from dse.roofline.evaluator import label_column
+from dse.roofline.memory import activation_peak, memory_frame
 from dse.sim import SimConfig
 from formats import NM
 from formats import parse as parse_format
@@ -85,6 +90,7 @@ class Problem:
         self.builder = HardwareBuilder(self.space, nm)
         self.accuracy = {t.model: self._accuracies(t.model) for t in self.traces}
         self._check_objective()
+        self._outside: dict[tuple[str, str], float] = {}
 
     # --- inputs --------------------------------------------------------------------------------
 
@@ -143,7 +149,7 @@ class Problem:
         return found
 
     def _check_objective(self) -> None:
-        if self.objective.kind != "cost":
+        if self.objective.kind != "cost" or self.objective.per_row:
             return
         knob = next((k for k in self.space.knobs if k.path == self.objective.field), None)
         if knob is None:
@@ -178,7 +184,64 @@ class Problem:
             values = [_cell(p.values[j]) for p in points]
             frame[column] = (label_column(local, values) if isinstance(values[0], str)
                              else np.array(values)[local])
+        self._add_memory(frame, trace, accelerators, local)
+        if self.objective.needs_energy:
+            self._add_energy(frame, trace, accelerators, local, tuple(formats))
         return score(frame, set(self.candidates), self.accuracy[trace.model], self.target)
+
+    def _add_memory(self, frame: pd.DataFrame, trace: Trace,
+                    accelerators: tuple[Accelerator, ...], local: np.ndarray) -> None:
+        """``peak_memory_bytes`` and ``fits`` (NA where the spec has no capacity), in place.
+
+        As :func:`dse.roofline.memory.memory_frame`, in closed form on the design rows: its
+        weight storage is the rows' ``weight_bytes`` plus the dense weights of the ops outside
+        the scope (the same for every format and hardware point; taken once from
+        ``memory_frame``), and its activations are the trace's live peak times the batch.
+        """
+        vb = float(DEFAULT_NUMERICS.value_bytes)
+        batch = frame["batch"].to_numpy(dtype=np.float64)
+        weights = frame["weight_bytes"].to_numpy(dtype=np.float64) + self._outside_weights(
+            trace, accelerators[0])
+        peak = weights + activation_peak(trace, self.space.fusion).dram_elems * vb * batch
+        capacity = np.array([np.nan if a.dram_capacity_bytes is None else a.dram_capacity_bytes
+                             for a in accelerators])[local]
+        known = ~np.isnan(capacity)
+        frame["peak_memory_bytes"] = peak
+        frame["fits"] = pd.arrays.BooleanArray(peak <= np.where(known, capacity, np.inf),
+                                               mask=~known)
+
+    def _outside_weights(self, trace: Trace, accelerator: Accelerator) -> float:
+        """Bytes of weights ``memory_frame`` counts beyond the design rows' ``weight_bytes``
+        (the ops outside the scope, stored dense)."""
+        key = (trace.model, self.space.scope)
+        if key not in self._outside:
+            designs = evaluate_grid([Block(trace, (accelerator,), ("dense",))], [1],
+                                    fusion=self.space.fusion, scope=self.space.scope)[0]
+            layers = evaluate_layer_frames(trace, [accelerator], ["dense"], [1],
+                                           [self.space.fusion], [self.space.scope])
+            memory = memory_frame(designs, layers, trace, accelerator)
+            self._outside[key] = float(memory["weight_storage_bytes"].iloc[0]
+                                       - memory["weight_bytes"].iloc[0])
+        return self._outside[key]
+
+    def _add_energy(self, frame: pd.DataFrame, trace: Trace,
+                    accelerators: tuple[Accelerator, ...], local: np.ndarray,
+                    formats: tuple[str, ...]) -> None:
+        """:data:`ENERGY_COLUMNS`, in place; only for objectives that need them (it evaluates
+        every op of every design)."""
+        # Hardware points share their base's name; energy_frame joins designs to their layers
+        # by name, so each point gets its own for the join.
+        tagged = [dataclasses.replace(a, name=f"{a.name}#{i}") for i, a in enumerate(accelerators)]
+        designs = pd.DataFrame({
+            "hardware": label_column(local, [a.name for a in tagged], categorical=False),
+            **{k: frame[k].to_numpy() for k in ("format", "batch", "fusion", "scope",
+                                                  "latency_s")}})
+        layers = evaluate_layer_frames(trace, tagged, list(dict.fromkeys(("dense", *formats))),
+                                       list(self.space.batches), [self.space.fusion],
+                                       [self.space.scope])
+        energy = energy_frame(designs, layers, trace, tagged)
+        for column in ENERGY_COLUMNS:
+            frame[column] = energy[column].to_numpy()
 
     @cached_property
     def simulation(self) -> SimConfig | None:

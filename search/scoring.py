@@ -20,7 +20,8 @@ from .target import Objective, Target
 
 __all__ = ["VERDICTS", "pareto_mask", "rank", "score"]
 
-VERDICTS = ("meets", "too slow", "too inaccurate", "too slow and too inaccurate", "no target")
+VERDICTS = ("meets", "too slow", "too inaccurate", "too slow and too inaccurate", "no target",
+            "does not fit")
 # A design at exactly r times the baseline meets the target; floating-point noise in the two
 # latencies must not decide that (2:4 at 1.0x_over_2:4 is 1.0 to the last bit, by construction).
 _RELATIVE_TOLERANCE = 1e-12
@@ -33,7 +34,10 @@ def score(rows: pd.DataFrame, candidates: set[str], accuracy: Mapping[str, tuple
     ``rows`` needs ``format``, ``hw_point``, ``batch`` and ``speedup``; every (hw_point, batch)
     must hold the baseline format's row when there is a target. ``accuracy`` maps a format name
     to (percent, status); missing formats get NaN and status ``missing``. Label columns come
-    out as categoricals (built from codes: millions of rows in milliseconds).
+    out as categoricals (built from codes: millions of rows in milliseconds). Where ``rows``
+    has ``fits`` (from the memory model), a design whose peak memory exceeds the DRAM capacity
+    (``fits`` False; NA, no capacity in the spec, counts as fitting) gets the verdict ``does
+    not fit`` and never meets the target, whatever its speed and accuracy.
     """
     out = attach_accuracy(rows, accuracy)
     formats = pd.Categorical(out["format"])
@@ -45,9 +49,11 @@ def score(rows: pd.DataFrame, candidates: set[str], accuracy: Mapping[str, tuple
     is_candidate = np.array([r == "candidate" for r in roles])[codes]
     out["role"] = label_column(codes, roles)
     speedup = out["speedup"].to_numpy()
+    fits = (out["fits"].to_numpy(dtype=bool, na_value=True) if "fits" in out
+            else np.ones(len(out), dtype=bool))
     if target is None:
-        out["verdict"] = label_column(np.zeros(len(out), dtype=np.int64), ["no target"])
-        out["meets_target"] = is_candidate
+        out["verdict"] = label_column((~fits).astype(np.int64), ["no target", "does not fit"])
+        out["meets_target"] = is_candidate & fits
         return out
     hw = out["hw_point"].to_numpy(dtype=np.int64)
     batches, batch_idx = np.unique(out["batch"].to_numpy(), return_inverse=True)
@@ -70,10 +76,11 @@ def score(rows: pd.DataFrame, candidates: set[str], accuracy: Mapping[str, tuple
     out["accuracy_drop"] = drop
     out["meets_speed"] = meets_speed
     out["meets_accuracy"] = meets_acc
-    out["meets_target"] = meets_speed & meets_acc & is_candidate
-    # Codes into VERDICTS: 0 meets, 1 too slow, 2 too inaccurate, 3 both.
+    out["meets_target"] = meets_speed & meets_acc & is_candidate & fits
+    # Codes into VERDICTS: 0 meets, 1 too slow, 2 too inaccurate, 3 both; 4 does not fit.
     verdict = (~meets_speed).astype(np.int64) + 2 * (~meets_acc).astype(np.int64)
-    out["verdict"] = label_column(np.array([0, 1, 2, 3])[verdict], list(VERDICTS[:4]))
+    verdict = np.where(fits, verdict, 4)
+    out["verdict"] = label_column(verdict, [*VERDICTS[:4], "does not fit"])
     return out
 
 
@@ -129,7 +136,7 @@ def rank(scored: pd.DataFrame, objective: Objective) -> pd.DataFrame:
 def _sort_keys(objective: Objective) -> tuple[list[str], list[bool]]:
     if objective.kind == "accuracy":
         return ["accuracy", "speedup"], [True, True]
-    if objective.kind == "cost":
+    if objective.column is not None:
         return [objective.column, "speedup", "accuracy"], [False, True, True]
     return ["speedup", "accuracy"], [True, True]
 

@@ -537,7 +537,8 @@ _FIRST = ["model", "batch", "rank", "verdict", "role", "format", "family", "spar
 _SECOND = ["speedup", "speedup_over_baseline", "baseline", "baseline_speedup", "accuracy",
            "accuracy_status", "baseline_accuracy", "accuracy_drop", "meets_speed",
            "meets_accuracy", "meets_target", "pareto", "trial", "trials", "latency_s",
-           "dense_latency_s", "bound", "memory_bound_ops", "ops"]
+           "dense_latency_s", "bound", "memory_bound_ops", "ops", "fits", "peak_memory_bytes",
+           "energy_per_inference_j", "avg_power_w", "edp_js", "power_capped"]
 
 
 def _order_columns(frame: pd.DataFrame, knobs: list[str]) -> pd.DataFrame:

@@ -12,18 +12,25 @@ import re
 from dataclasses import dataclass
 
 from accelerator_models import FIELDS
+from dse.roofline.energy import ENERGY_COLUMNS
 from formats import Format, FormatError
 from formats import parse as parse_format
 
 from .errors import TargetError
 
-__all__ = ["DEFAULT_MAX_ACC_DROP", "OBJECTIVES", "Objective", "Target", "TargetError",
-           "parse_target"]
+__all__ = ["DEFAULT_MAX_ACC_DROP", "DESIGN_MINIMIZABLE", "ENERGY_OBJECTIVES", "OBJECTIVES",
+           "Objective", "Target", "TargetError", "make_objective", "parse_target"]
 
 #: Percentage points of accuracy a design may lose against the target's baseline. One point is
 #: about the single-seed noise of the shipped table (one digits image is 0.28 points).
 DEFAULT_MAX_ACC_DROP = 1.0
-OBJECTIVES = ("speedup", "accuracy", "pareto")
+#: Objectives minimizing a design column: least energy per inference, least energy x delay.
+ENERGY_OBJECTIVES = {"energy": "energy_per_inference_j", "edp": "edp_js"}
+OBJECTIVES = ("speedup", "accuracy", "pareto", *ENERGY_OBJECTIVES)
+#: Design columns ``--minimize`` takes besides hardware fields (they vary per model and batch):
+#: the numeric energy columns and the peak resident memory.
+DESIGN_MINIMIZABLE = (*(c for c in ENERGY_COLUMNS if c not in ("power_capped", "energy_unpriced")),
+                      "peak_memory_bytes")
 
 _TARGET = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*x_over_(.+)$", re.IGNORECASE)
 
@@ -63,7 +70,9 @@ class Objective:
     """What ranks the designs that meet the target (all designs, without a target).
 
     ``kind`` is ``speedup`` or ``accuracy`` (maximized), ``pareto`` (the non-dominated designs
-    in speedup and accuracy), or ``cost`` (minimize the hardware field ``field``).
+    in speedup and accuracy), ``energy`` or ``edp`` (minimize ``energy_per_inference_j`` or
+    ``edp_js``), or ``cost`` (minimize ``field``: a hardware field, or a design column of
+    :data:`DESIGN_MINIMIZABLE`).
     """
 
     kind: str
@@ -71,11 +80,30 @@ class Objective:
 
     @property
     def text(self) -> str:
-        return f"minimize {self.field}" if self.kind == "cost" else self.kind
+        if self.kind == "cost":
+            return f"minimize {self.field}"
+        if self.kind in ENERGY_OBJECTIVES:
+            return f"{self.kind} (least {ENERGY_OBJECTIVES[self.kind]})"
+        return self.kind
 
     @property
     def column(self) -> str | None:
-        return f"hw.{self.field}" if self.kind == "cost" else None
+        """The minimized column of the results (``hw.FIELD`` for a hardware field), or None."""
+        if self.kind in ENERGY_OBJECTIVES:
+            return ENERGY_OBJECTIVES[self.kind]
+        if self.kind == "cost":
+            return self.field if self.field in DESIGN_MINIMIZABLE else f"hw.{self.field}"
+        return None
+
+    @property
+    def per_row(self) -> bool:
+        """Whether the minimized value differs per model and batch (a design column, not a
+        hardware field): an Optuna trial then takes its geometric mean."""
+        return self.column is not None and not self.column.startswith("hw.")
+
+    @property
+    def needs_energy(self) -> bool:
+        return self.column in ENERGY_COLUMNS
 
     @property
     def needs_accuracy(self) -> bool:
@@ -87,11 +115,15 @@ def make_objective(objective: str | None, minimize: str | None) -> Objective:
         if objective not in (None, "speedup"):
             raise TargetError("--minimize and --objective exclude each other; the designs that "
                               "meet the target are ranked by the minimized field")
+        if minimize in DESIGN_MINIMIZABLE:
+            return Objective("cost", minimize)
         if minimize.startswith("hw."):
             minimize = minimize[3:]
         if minimize not in FIELDS:
-            raise TargetError(f"--minimize {minimize}: unknown hardware field; e.g. "
-                              "dram_bandwidth_bytes_per_s (fields: `dse hw show a100`)")
+            raise TargetError(f"--minimize {minimize}: unknown hardware field (e.g. "
+                              "dram_bandwidth_bytes_per_s; `dse hw show a100` lists them) or "
+                              "energy or memory column (e.g. energy_per_inference_j, avg_power_w, "
+                              "peak_memory_bytes)")
         return Objective("cost", minimize)
     objective = objective or "speedup"
     if objective not in OBJECTIVES:

@@ -13,7 +13,13 @@ from ..accuracy import DEFAULT_TABLE, attach_accuracy, load_accuracy_table
 from ..explore import feature_overhead, parse_vary, sweep
 from ..explore.studies import DEFAULT_BATCHES, DEFAULT_FORMATS
 from ..output import write_table
-from ..roofline import evaluate, evaluate_layers
+from ..roofline import (
+    energy_frame,
+    evaluate,
+    evaluate_layer_frames,
+    evaluate_layers,
+    memory_frame,
+)
 from .evaluate import fallback_summary
 from .options import (
     Default,
@@ -158,17 +164,39 @@ def _comparison_text(frame: pd.DataFrame) -> str:
         "fallbacks": [fallback_summary(r.shape_fallback_ops, r.hw_fallback, r.hw_fallback_ops)
                       for r in frame.itertuples()],
     })
+    if "energy_per_inference_j" in frame:
+        shown["energy/inf"] = frame["energy_per_inference_j"].map(lambda v: f"{v * 1e3:.4g} mJ")
+        shown["avg power"] = frame["avg_power_w"].map(lambda v: f"{v:.0f} W")
+        shown["power cap"] = [f"active: {c * 1e3:.4f} ms" if capped else "-" for capped, c in
+                              zip(frame["power_capped"], frame["capped_latency_s"], strict=True)]
+    if "peak_memory_bytes" in frame:
+        shown["peak memory"] = frame["peak_memory_bytes"].map(lambda v: f"{v / 2**30:.3g} GiB")
+        shown["fits"] = [missing() if pd.isna(v) else ("yes" if v else "NO")
+                         for v in frame["fits"]]
     return shown.to_string(index=False)
+
+
+def _with_energy_and_memory(frame: pd.DataFrame, trace, d) -> pd.DataFrame:
+    """``evaluate`` rows of ``trace`` with the energy and memory columns (as dse evaluate)."""
+    layers = evaluate_layer_frames(trace, d.hardware, d.formats, d.batches, d.fusions,
+                                   [d.scope], d.numerics)
+    frame = energy_frame(frame, layers, trace, d.hardware, d.numerics)
+    return memory_frame(frame, layers, trace, d.hardware, d.numerics)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)], folders=[("--report", args.report)])
     d = design_from_args(args)
-    frame = pd.concat([evaluate(t, d.hardware, d.formats, d.batches, fusion=d.fusions,
-                                scope=d.scope, numerics=d.numerics) for t in d.traces],
-                      ignore_index=True)
+    frame = pd.concat([_with_energy_and_memory(
+        evaluate(t, d.hardware, d.formats, d.batches, fusion=d.fusions, scope=d.scope,
+                 numerics=d.numerics), t, d) for t in d.traces], ignore_index=True)
     frame = frame.sort_values(["model", "batch", "format", "hardware"], kind="stable")
     print(_comparison_text(frame))
+    unpriced = sorted({g.strip() for gaps in frame["energy_unpriced"]
+                       for g in str(gaps).split(";") if g.strip()})
+    if unpriced:
+        print("energy leaves out what the spec has no figure for (a lower bound there): "
+              + ", ".join(unpriced))
     if args.out is not None:
         write_table(frame, args.out)
         print(f"wrote {len(frame)} rows to {args.out}")
@@ -176,10 +204,18 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         import reports
 
         data = reports.hardware_comparison_data(frame)
-        index = reports.write_report(args.report, "dse compare", [reports.Section(
-            "hardware-comparison", "Latency and speedup by accelerator",
-            reports.hardware_comparison_chart(data), data)], tables=[("Designs", frame)],
-            command=args.command_line, hardware=d.hardware)
+        sections = [reports.Section("hardware-comparison", "Latency and speedup by accelerator",
+                                    reports.hardware_comparison_chart(data), data)]
+        for (model, fusion), rows in frame.groupby(["model", "fusion"], sort=False):
+            energy = reports.energy_breakdown_data(rows)
+            name = "energy" + ("" if len(d.traces) * len(d.fusions) == 1
+                               else f"-{model}-{fusion}")
+            sections.append(reports.Section(
+                name, f"Energy per inference by unit and traffic class, {model}, {fusion}",
+                reports.energy_breakdown_chart(energy), energy))
+        index = reports.write_report(args.report, "dse compare", sections,
+                                     tables=[("Designs", frame)], command=args.command_line,
+                                     hardware=d.hardware)
         print(f"wrote {index}")
     return 0
 
@@ -230,7 +266,41 @@ def _sweep_summary(frame: pd.DataFrame, varies) -> str:
             "speedup min": f"{worst['speedup']:.3f}x", "where (min)": _at(worst, where),
             "speedup max": f"{best['speedup']:.3f}x", "where (max)": _at(best, where)})
     table = pd.DataFrame(rows).to_string(index=False) if rows else "(dense only)"
-    return f"swept {dims}\n{table}"
+    return f"swept {dims}\n{table}" + _fits_summary(frame, varies)
+
+
+#: Rows of the "largest swept batch that fits" table a sweep prints (all are in its file).
+_FITS_SHOWN = 40
+
+
+def _fits_summary(frame: pd.DataFrame, varies) -> str:
+    """The largest swept batch that fits in DRAM, per model, format and hardware point."""
+    if "fits" not in frame or frame["fits"].isna().all():
+        return ""
+    knobs = [v.column for v in varies if v.name.startswith("hw.") and v.column in frame]
+    keys = ["model", "format", "hardware", *knobs]
+    rows = []
+    for key, group in frame.groupby(keys, sort=False, observed=True, dropna=False):
+        fits = group["fits"]
+        fitting = group[fits.fillna(False).to_numpy(dtype=bool)]
+        row = dict(zip(keys, key, strict=True))
+        if fits.isna().all():
+            largest, peak = "no capacity in the spec", missing()
+        elif fitting.empty:
+            largest, peak = f"none (from {int(group['batch'].min())})", missing()
+        else:
+            best = fitting.loc[fitting["batch"].idxmax()]
+            largest = (f"{int(best['batch'])} (all swept)" if len(fitting) == len(group)
+                       else str(int(best["batch"])))
+            peak = f"{best['peak_memory_bytes'] / 2**30:.3g} GiB"
+        row.update({"largest batch that fits": largest, "its peak memory": peak})
+        rows.append(row)
+    table = pd.DataFrame(rows).rename(columns={k: k[5:] for k in knobs})
+    more = len(table) - _FITS_SHOWN
+    return ("\nlargest swept batch that fits in DRAM (peak memory <= dram_capacity_bytes):\n"
+            + table.head(_FITS_SHOWN).to_string(index=False)
+            + (f"\n... ({more} more rows: see the fits column of the file)" if more > 0
+               else ""))
 
 
 def _at(row, columns) -> str:

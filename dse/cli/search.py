@@ -54,11 +54,13 @@ def add_parsers(commands) -> None:
                          f"baseline (default {DEFAULT_MAX_ACC_DROP:g})")
     sp.add_argument("--objective", choices=OBJECTIVES,
                     help="rank designs (that meet the target) by speedup (default), accuracy, "
-                         "or keep the Pareto front of speedup against accuracy")
-    sp.add_argument("--minimize", metavar="HW_FIELD",
+                         "the Pareto front of speedup against accuracy, the least energy per "
+                         "inference (energy) or the least energy x delay (edp)")
+    sp.add_argument("--minimize", metavar="FIELD",
                     help="rank by the least value of a varied hardware field instead, e.g. "
                          "dram_bandwidth_bytes_per_s: the cheapest hardware that meets the "
-                         "target")
+                         "target; or of an energy or memory column, e.g. avg_power_w, "
+                         "energy_per_inference_j, peak_memory_bytes")
     sp.add_argument("--engine", choices=("auto", "exhaustive", "optuna"),
                     help="auto (default): exhaustive for finite spaces of up to 5 million "
                          "design points, Optuna otherwise")
@@ -187,6 +189,12 @@ def report(outcome, top: int) -> str:
              f"{problem.objective.text}"
              + (f"; target {target.text}, accuracy drop <= {target.max_acc_drop:g} points"
                 if target is not None else "")]
+    if "fits" in results:
+        unfit = ~results["fits"].to_numpy(dtype=bool, na_value=True) & candidate_rows(results)
+        if unfit.any():
+            lines.append(f"{int(unfit.sum()):,} candidate designs do not fit in DRAM (peak "
+                         "memory above dram_capacity_bytes): verdict `does not fit`, never "
+                         "ranked")
     if problem.simulation is not None:
         c = problem.simulation
         buffer = (f"{c.buffer_bytes:g} bytes" if c.buffer_bytes is not None
@@ -216,10 +224,17 @@ def report(outcome, top: int) -> str:
             if target is not None:
                 lines.extend(_misses(here & candidate & ~results["meets_target"].to_numpy(
                     dtype=bool), formats, verdicts))
+            else:
+                lines.extend(_misses(here & candidate & (verdicts == "does not fit"), formats,
+                                     verdicts))
     lines.append("")
     lines.append("wrote " + ", ".join(str(p) for p in outcome.files)
                  + f" ({len(results):,} rows) in {outcome.seconds:.2f} s")
     return "\n".join(lines)
+
+
+def candidate_rows(results: pd.DataFrame) -> np.ndarray:
+    return (results["role"] == "candidate").to_numpy()
 
 
 def _baseline_line(results, here, formats, target) -> list[str]:
@@ -254,6 +269,18 @@ def _ranked_lines(group: pd.DataFrame, problem, top: int) -> list[str]:
     if target is not None:
         shown["drop"] = shown_rows["accuracy_drop"].map(lambda v: _fmt(v, "+.2f"))
     shown["acc. from"] = shown_rows["accuracy_status"].astype(str)
+    column = problem.objective.column
+    if problem.objective.needs_energy:
+        shown["energy/inf (mJ)"] = shown_rows["energy_per_inference_j"].map(
+            lambda v: _fmt(v * 1e3, ".4g"))
+        if column not in ("energy_per_inference_j", "capped_latency_s"):
+            shown[column] = shown_rows[column].map(lambda v: _fmt(v, ".4g"))
+        if shown_rows["power_capped"].any():
+            shown["power cap"] = np.where(shown_rows["power_capped"], "active", "-")
+    if column == "peak_memory_bytes" or (
+            "fits" in shown_rows and shown_rows["fits"].notna().any()):
+        shown["peak mem (GiB)"] = shown_rows["peak_memory_bytes"].map(
+            lambda v: _fmt(v / 2**30, ".3g"))
     shown["bound mix"] = [f"{m}/{n} ops mem-bound" for m, n in
                           zip(shown_rows["memory_bound_ops"], shown_rows["ops"], strict=True)]
     if (shown_rows["hw_fallback"].astype(str) != "").any():
@@ -271,7 +298,8 @@ def _misses(missed: np.ndarray, formats: pd.Categorical, verdicts: pd.Categorica
         return []
     parts = []
     fmt_codes, verdict_codes = formats.codes, verdicts.codes
-    for verdict in ("too slow", "too inaccurate", "too slow and too inaccurate"):
+    for verdict in ("too slow", "too inaccurate", "too slow and too inaccurate",
+                    "does not fit"):
         if verdict not in verdicts.categories:
             continue
         rows = missed & (verdict_codes == verdicts.categories.get_loc(verdict))
@@ -281,5 +309,8 @@ def _misses(missed: np.ndarray, formats: pd.Categorical, verdicts: pd.Categorica
         names = [str(formats.categories[c]) for c in codes]
         shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8
                                         else "")
-        parts.append(f"    {verdict} ({int(rows.sum()):,}): {shown}")
-    return [f"  {int(missed.sum()):,} miss it:"] + parts
+        label = ("does not fit in DRAM, never ranked" if verdict == "does not fit"
+                 else verdict)
+        parts.append(f"    {label} ({int(rows.sum()):,}): {shown}")
+    return [f"  {int(missed.sum()):,} not ranked:" if all("does not fit" in p for p in parts)
+            else f"  {int(missed.sum()):,} miss it:"] + parts

@@ -9,6 +9,8 @@ A ``--vary`` names one dimension and its values::
     format.block=4,8,16                   the block size of every block format
 
 The sweep evaluates every combination; results carry one ``vary.NAME`` column per dimension.
+When batch is varied they carry ``peak_memory_bytes`` and ``fits`` too (the memory model of
+:mod:`dse.roofline.memory`: whether the design fits the spec's DRAM; NA without a capacity).
 A format dimension must move at least one of the formats (N:M fixes its own sparsity, so
 ``format.sparsity`` on 2:4 alone is an error); rows of the formats it does not move (dense,
 N:M) carry NaN in its column rather than a value that did not apply to them.
@@ -36,6 +38,8 @@ from formats import parse as parse_format
 from workloads import MAX_BATCH, Trace
 
 from ..roofline import DEFAULT_NUMERICS, Numerics
+from ..roofline.energy import evaluate_layer_frames
+from ..roofline.memory import activation_peak, memory_frame
 from ..sim.fanout import SIMULATED_COLUMNS
 from .grid import ROOFLINE, Evaluator, evaluate_grid
 from .grid import Block as GridBlock
@@ -258,9 +262,39 @@ def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[
             frame[v.column] = np.where(frame["format"].isin(moved), params[param], np.nan)
         if by_kind["batch"]:
             frame[by_kind["batch"][0].column] = frame["batch"]
+            _add_memory(frame, block, hw_index, scope, numerics)
     out = pd.concat(frames, ignore_index=True)
     added = [c for c in SIMULATED_COLUMNS if c in out.columns]  # after the swept columns
     return out[[c for c in out.columns if c not in added] + added]
+
+
+def _add_memory(frame: pd.DataFrame, block: GridBlock, hw_index: np.ndarray, scope: str,
+                numerics: Numerics) -> None:
+    """``peak_memory_bytes`` and ``fits`` (NA where the spec has no capacity), in place: what
+    :func:`dse.roofline.memory.memory_frame` gives, in closed form over the swept rows (a
+    sweep may hold millions). Weight storage is the rows' ``weight_bytes`` plus the dense
+    weights of the ops outside the scope (the same for every format, batch and hardware point;
+    taken once from ``memory_frame``); activations are the trace's live peak times the batch.
+    """
+    trace, first = block.trace, block.accelerators[0]
+    designs = evaluate_grid([GridBlock(trace, (first,), ("dense",))], [1], scope=scope,
+                            numerics=numerics)[0]
+    layers = evaluate_layer_frames(trace, [first], ["dense"], [1], ["unfused"], [scope],
+                                   numerics)
+    reference = memory_frame(designs, layers, trace, first, numerics)
+    outside = float(reference["weight_storage_bytes"].iloc[0] - reference["weight_bytes"].iloc[0])
+    fusions = frame["fusion"].astype(str).to_numpy(dtype=object)
+    per_sample = np.zeros(len(frame))
+    for fusion in pd.unique(fusions):
+        per_sample[fusions == fusion] = activation_peak(trace, fusion).dram_elems
+    peak = (frame["weight_bytes"].to_numpy(dtype=np.float64) + outside
+            + per_sample * float(numerics.value_bytes) * frame["batch"].to_numpy(np.float64))
+    capacity = np.array([np.nan if a.dram_capacity_bytes is None else a.dram_capacity_bytes
+                         for a in block.accelerators])[hw_index]
+    known = ~np.isnan(capacity)
+    frame["peak_memory_bytes"] = peak
+    frame["fits"] = pd.arrays.BooleanArray(peak <= np.where(known, capacity, np.inf),
+                                           mask=~known)
 
 
 def _evaluate(blocks: list[GridBlock], batches: list[int], fusion: list[str], scope: str,
