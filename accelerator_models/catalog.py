@@ -119,7 +119,8 @@ def derive(base: str | Path | Mapping[str, Any], values: Mapping[str, Any] | Non
         path = resolve_path(str(base))
         flat, stem, where = _flat_spec(path), path.stem, where or str(path)
     base_flat = flat
-    flat = apply_overrides(flat, overrides)
+    if overrides:
+        flat = apply_overrides(flat, overrides)
     for field in values:
         if field not in FIELDS:
             raise SpecError(f"{where}: unknown hardware field {field!r}; fields: see "
