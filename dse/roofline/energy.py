@@ -46,8 +46,8 @@ from workloads import Trace, load_trace
 from .evaluator import DEFAULT_NUMERICS, evaluate, evaluate_layers
 from .numerics import Numerics
 
-__all__ = ["DESIGN_KEYS", "ENERGY_COLUMNS", "accelerator_table", "energy_frame",
-           "evaluate_energy", "evaluate_layer_frames", "op_traffic"]
+__all__ = ["DESIGN_KEYS", "ENERGY_COLUMNS", "accelerator_table", "designs_with_layers",
+           "energy_frame", "evaluate_energy", "evaluate_layer_frames", "op_traffic"]
 
 #: Columns :func:`energy_frame` adds, in order.
 ENERGY_COLUMNS = (
@@ -281,10 +281,12 @@ def _listed(value) -> list:
     return [value] if isinstance(value, str | int | Format | Accelerator) else list(value)
 
 
-def evaluate_energy(trace: Trace | str, hardware, formats, batches=1,
-                    fusion: str | Sequence[str] = "unfused", scope: str | Sequence[str] = "gemm",
-                    numerics: Numerics = DEFAULT_NUMERICS) -> pd.DataFrame:
-    """``dse.evaluate``'s designs with :data:`ENERGY_COLUMNS`; arguments as ``dse.evaluate``."""
+def designs_with_layers(trace: Trace | str, hardware, formats, batches=1,
+                        fusion: str | Sequence[str] = "unfused",
+                        scope: str | Sequence[str] = "gemm",
+                        numerics: Numerics = DEFAULT_NUMERICS):
+    """``(trace, accelerators, designs, layers)``: ``dse.evaluate``'s designs and the per-op
+    frames of every one of them, what the energy and memory models read."""
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
     accs = [h if isinstance(h, Accelerator) else accelerator_models.load(h)
             for h in _listed(hardware)]
@@ -293,4 +295,13 @@ def evaluate_energy(trace: Trace | str, hardware, formats, batches=1,
                        numerics=numerics)
     layers = evaluate_layer_frames(trace, accs, _listed(formats), _listed(batches), fusions,
                                    scopes, numerics)
+    return trace, accs, designs, layers
+
+
+def evaluate_energy(trace: Trace | str, hardware, formats, batches=1,
+                    fusion: str | Sequence[str] = "unfused", scope: str | Sequence[str] = "gemm",
+                    numerics: Numerics = DEFAULT_NUMERICS) -> pd.DataFrame:
+    """``dse.evaluate``'s designs with :data:`ENERGY_COLUMNS`; arguments as ``dse.evaluate``."""
+    trace, accs, designs, layers = designs_with_layers(trace, hardware, formats, batches,
+                                                       fusion, scope, numerics)
     return energy_frame(designs, layers, trace, accs, numerics)

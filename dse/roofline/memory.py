@@ -32,13 +32,12 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-import accelerator_models
 from accelerator_models import Accelerator
 from workloads import MAX_BATCH, MODEL_INPUT, Trace, load_trace
 
 from . import fusion_rules
-from .energy import DESIGN_KEYS, accelerator_table, evaluate_layer_frames
-from .evaluator import DEFAULT_NUMERICS, FUSIONS, evaluate
+from .energy import DESIGN_KEYS, accelerator_table, designs_with_layers
+from .evaluator import DEFAULT_NUMERICS, FUSIONS
 from .numerics import Numerics
 from .pricing import rule_edges
 
@@ -157,20 +156,10 @@ def memory_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
     return out
 
 
-def _listed(value) -> list:
-    return [value] if isinstance(value, str | int | Accelerator) else list(value)
-
-
 def evaluate_memory(trace: Trace | str, hardware, formats, batches=1,
                     fusion: str | Sequence[str] = "unfused", scope: str | Sequence[str] = "gemm",
                     numerics: Numerics = DEFAULT_NUMERICS) -> pd.DataFrame:
     """``dse.evaluate``'s designs with :data:`MEMORY_COLUMNS`; arguments as ``dse.evaluate``."""
-    trace = trace if isinstance(trace, Trace) else load_trace(trace)
-    accs = [h if isinstance(h, Accelerator) else accelerator_models.load(h)
-            for h in _listed(hardware)]
-    fusions, scopes = _listed(fusion), _listed(scope)
-    designs = evaluate(trace, accs, formats, batches, fusion=fusions, scope=scopes,
-                       numerics=numerics)
-    layers = evaluate_layer_frames(trace, accs, _listed(formats), _listed(batches), fusions,
-                                   scopes, numerics)
+    trace, accs, designs, layers = designs_with_layers(trace, hardware, formats, batches,
+                                                       fusion, scope, numerics)
     return memory_frame(designs, layers, trace, accs, numerics)
