@@ -18,8 +18,9 @@ __all__ = ["add_parsers"]
 
 
 def add_parsers(commands) -> None:
-    hw = commands.add_parser("hw", help="the hardware catalog",
-                             description="List and show accelerator specs.")
+    hw = commands.add_parser("hw", help="the hardware catalog, and this machine's probe",
+                             description="List and show accelerator specs; probe this "
+                                         "machine's ceilings into a spec.")
     hw_commands = hw.add_subparsers(dest="hw_command", required=True, parser_class=Parser,
                                     metavar="COMMAND")
     hw_list = hw_commands.add_parser("list", help="catalog entries and their headline figures",
