@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -106,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error("error: standard output is closed; run dse with an open standard "
                       "output (redirect it to a file or /dev/null)", 2)
     sys.stdout = _GuardedStdout(stream)
+    interrupt = _InterruptFlag()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -130,9 +132,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if _is_report_error(exc):
             return _error(f"error: {exc}", 2)
+        if interrupt.pressed:
+            # Ctrl-C inside a library callback (numba compiling and caching a kernel) can be
+            # swallowed there and resurface as another error: it is still the interrupt.
+            return _error("interrupted; no partial result file was left", 130)
         raise
     finally:
+        interrupt.restore()
         sys.stdout = stream
+
+
+class _InterruptFlag:
+    """Remembers that Ctrl-C was pressed (and still raises KeyboardInterrupt, as Python does),
+    so that an interrupt a library turned into another exception is still told as one."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        try:
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread: leave the handler alone
+            self.previous = None
+
+    def _handle(self, signum, frame) -> None:
+        self.pressed = True
+        raise KeyboardInterrupt
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 def _is_report_error(exc: Exception) -> bool:
