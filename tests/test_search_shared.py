@@ -95,6 +95,15 @@ def no_advisory_lock(engine: sa.Engine) -> bool:
                  "AND granted") == 0
 
 
+def between_transactions(engine: sa.Engine) -> bool:
+    """No advisory lock held and no other connection inside a transaction: a process frozen
+    now holds no lock (row or advisory) that the test's own queries would wait on forever."""
+    return no_advisory_lock(engine) and count(
+        engine, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND state IN ('active', 'idle in transaction', "
+                "'idle in transaction (aborted)')") == 0
+
+
 def kill(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -130,7 +139,9 @@ def test_exhaustive_study_with_a_killed_and_a_vanished_worker_completes(tmp_path
                  "--out", str(out), cwd=tmp_path)
     wait_until(lambda: count(pg, "SELECT count(*) FROM dse_chunks WHERE study = 'xk'"), main)
     assert count(pg, "SELECT count(*) FROM dse_chunks WHERE study = 'xk'") == POINTS  # at once
-    os.kill(main.pid, signal.SIGSTOP)  # let the others start before the main one is done
+    # Let the others start before the main one is done (frozen between transactions: frozen
+    # inside one, its row locks would make every other worker, and the test, wait forever).
+    freeze_when(main, lambda: between_transactions(pg))
     storage = open_storage(postgres_url)
     taken = storage.claim_chunk("xk", GONE, lease_s=1.0)  # ... and never finished
     assert taken is not None
@@ -159,7 +170,7 @@ def test_optuna_study_with_a_killed_and_a_vanished_worker_keeps_its_exact_budget
                  "--engine", "optuna", "--trials", str(budget), "--storage", postgres_url,
                  "--lease-seconds", LEASE, "--out", str(out), cwd=tmp_path)
     wait_until(lambda: count(pg, "SELECT count(*) FROM studies WHERE study_name = 'ok'"), main)
-    freeze_when(main, lambda: no_advisory_lock(pg))  # not while it holds the study lock
+    freeze_when(main, lambda: between_transactions(pg))  # not inside a transaction or lock
     storage = open_storage(postgres_url)
     study = optuna.load_study(study_name="ok", storage=postgres_url)
     with storage.lock("ok"):  # a worker elsewhere asks for a trial, then vanishes
