@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dse.explore import EVALUATORS
 from dse.output import OutputError, write_atomic, write_table
 from dse.sim import SimConfig
 
@@ -146,7 +147,7 @@ def new_settings(request: SearchRequest) -> Settings:
 
 def _evaluator_extra(request: SearchRequest) -> dict:
     evaluator = request.evaluator or "roofline"
-    if evaluator not in ("roofline", "simulate"):
+    if evaluator not in EVALUATORS:
         raise SearchError(f"--evaluator {evaluator}: use roofline or simulate")
     if evaluator == "roofline":
         return {}

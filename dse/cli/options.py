@@ -23,7 +23,7 @@ from accelerator_models import Accelerator
 from formats import parse as parse_format
 from workloads import MAX_BATCH, Trace, load_trace
 
-from ..explore import ROOFLINE, Evaluator, Simulator
+from ..explore import EVALUATORS, ROOFLINE, Evaluator, Simulator
 from ..output import check_output_path, check_report_dir
 from ..roofline import SCOPES, EvaluationError, Numerics
 from ..roofline.evaluator import fusion_models
@@ -312,7 +312,7 @@ def add_evaluator_options(p: argparse.ArgumentParser, workers: bool = True,
                           dask: bool = False) -> None:
     """--evaluator roofline|simulate (with --workers and --dask where the command fans out) and
     the simulator settings."""
-    p.add_argument("--evaluator", choices=("roofline", "simulate"),
+    p.add_argument("--evaluator", choices=EVALUATORS,
                    help="roofline: speed of light (default); simulate: the event-level "
                         "simulator (latency, dense latency and speedup become the simulated "
                         "ones; the roofline's stay as roofline_latency_s, roofline_speedup)")
