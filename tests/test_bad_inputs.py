@@ -293,6 +293,39 @@ def test_interrupt_is_one_line_130_and_no_partial_file(case, argv, after, tmp_pa
     assert _files(tmp_path) == set()
 
 
+def test_an_interrupt_a_finalizer_swallowed_still_interrupts():
+    """Ctrl-C that lands in a weakref callback (numba disposing of typing globals during garbage
+    collection) cannot propagate from there; Python drops it. It must still stop the command."""
+    import gc
+    import weakref
+
+    from dse.cli.main import _InterruptFlag
+
+    class Thing:
+        pass
+
+    def finalizer(_):
+        signal.raise_signal(signal.SIGINT)  # the handler runs inside the callback: dropped
+        sum(range(1000))
+
+    flag = _InterruptFlag()
+    interrupted = False
+    try:
+        thing = Thing()
+        ref = weakref.ref(thing, finalizer)
+        del thing
+        gc.collect()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            pass
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        flag.restore()
+    assert ref() is None and flag.pressed and interrupted
+    assert sys.unraisablehook is not flag._unraisable
+
+
 # --- standard output that cannot be written ----------------------------------------------------
 
 

@@ -3,10 +3,13 @@ an interrupt (Ctrl-C) one line and code 130; output that cannot be written one l
 
 from __future__ import annotations
 
+import _thread
 import os
 import shlex
 import signal
 import sys
+import threading
+import time
 from collections.abc import Sequence
 
 import dse
@@ -144,22 +147,45 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 class _InterruptFlag:
     """Remembers that Ctrl-C was pressed (and still raises KeyboardInterrupt, as Python does),
-    so that an interrupt a library turned into another exception is still told as one."""
+    so that an interrupt a library turned into another exception is still told as one.
+
+    Python cannot raise an exception out of a finalizer: a KeyboardInterrupt that lands while
+    the garbage collector runs a weakref callback (numba disposes of typing globals that way)
+    is printed as "Exception ignored" and dropped, and the command would carry on and exit 0.
+    The unraisable hook catches that case, keeps it off the screen and sends SIGINT again, so
+    the interrupt lands at the next point where it can propagate."""
 
     def __init__(self) -> None:
         self.pressed = False
+        self.previous_hook = sys.unraisablehook
         try:
             self.previous = signal.signal(signal.SIGINT, self._handle)
         except ValueError:  # not the main thread: leave the handler alone
             self.previous = None
+            return
+        sys.unraisablehook = self._unraisable
 
     def _handle(self, signum, frame) -> None:
         self.pressed = True
         raise KeyboardInterrupt
 
+    def _unraisable(self, unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            # Raised from here it would be dropped too: another thread asks for the handler
+            # to run again in the main thread, after the finalizer has returned.
+            threading.Thread(target=_interrupt_main_soon, daemon=True).start()
+            return
+        self.previous_hook(unraisable)
+
     def restore(self) -> None:
         if self.previous is not None:
             signal.signal(signal.SIGINT, self.previous)
+            sys.unraisablehook = self.previous_hook
+
+
+def _interrupt_main_soon() -> None:
+    time.sleep(0.01)  # long enough for the finalizer (and the hook) to return
+    _thread.interrupt_main(signal.SIGINT)
 
 
 def _is_report_error(exc: Exception) -> bool:
