@@ -27,6 +27,8 @@ from dse.roofline import DEFAULT_NUMERICS, Numerics, peaks
 from formats import Block, parse
 from formats.sparsity import percent
 
+from .calibration import CARRIED_OVER, is_calibration_fallback
+
 __all__ = [
     "FALLBACK_FIELDS",
     "bound_mix_chart",
@@ -316,7 +318,8 @@ def _title(text: str, *subtitle: str | list[str]) -> alt.TitleParams:
 
 # --- 1. the Sparsity Roofline: accuracy against speedup -----------------------------------------
 
-def sparsity_roofline_data(frame: pd.DataFrame) -> pd.DataFrame:
+def sparsity_roofline_data(frame: pd.DataFrame,
+                           expected: pd.DataFrame | None = None) -> pd.DataFrame:
     """Accuracy against speedup per model and format, the dense point kept as the reference.
 
     ``frame``: rows of ``dse.evaluate`` (or search results) with ``model, format, sparsity,
@@ -331,10 +334,22 @@ def sparsity_roofline_data(frame: pd.DataFrame) -> pd.DataFrame:
     hw_fallback_ops, fallback`` (the text, '' for none) and the design columns ``hardware,
     batch, fusion, scope``. Sorted by model, group and sparsity, the order the chart's lines
     join the points in.
+
+    The bound beside the expectation (``dse report --calibrated``): ``expected``, the rows of
+    ``dse.calibrate.expected.expected_layers`` of the same designs (one or more models), adds
+    the expected speedup (``expected_designs`` per model, unless ``frame`` already has
+    ``expected_speedup``). Each design then has two rows, ``estimate`` ``bound`` (``speedup``
+    the bound's) and ``expected`` (``speedup`` the expected one; ``label`` ''), each with
+    ``bound_speedup``, ``expected_speedup``, ``expected_latency_s``, ``predictor``,
+    ``validated_rmspe``, ``calibration``, ``expected_fallback_share`` and
+    ``expected_fallbacks`` (:func:`reports.calibration.expected_fallback_share`). A ``frame``
+    with ``expected_speedup`` and no ``expected`` gets the two rows too.
     """
     builder = "sparsity_roofline_data"
     _require(frame, ("model", "format", "sparsity", "speedup", "accuracy"), builder)
     _one_value(frame, ("hardware", "batch", "fusion", "scope", "hw_point"), builder)
+    if expected is not None:
+        frame = _with_expected(frame, expected, builder)
     out = pd.DataFrame({
         "model": _text(frame["model"]).to_numpy(),
         "format": _text(frame["format"]).to_numpy(),
@@ -347,18 +362,71 @@ def sparsity_roofline_data(frame: pd.DataFrame) -> pd.DataFrame:
     out = out[out["accuracy"].notna()]
     out = out.drop_duplicates(["model", "format"])
     out.insert(2, "group", _groups(out["format"]))
-    out.insert(4, "sparsity_label", out["sparsity"].map(percent))
+    out.insert(4, "sparsity_label", out["sparsity"].map(percent).astype(object))
     runs = np.where(out["hw_fallback"] == "csr", " (runs as CSR)", " (runs dense)") \
         if "hw_fallback" in out else ""
     label = np.where(_hw_falls_back(out), out["sparsity_label"] + runs, out["sparsity_label"])
     out.insert(7, "label", np.where(out["group"] == "dense", "", label).astype(object))
-    return _sorted(out, ["model", "group", "sparsity", "format"])
+    if "expected_speedup" not in frame.columns:
+        return _sorted(out, ["model", "group", "sparsity", "format"])
+    extra = ["expected_speedup", "expected_latency_s", "predictor", "validated_rmspe",
+             "calibration", "expected_fallback_share", "expected_fallbacks"]
+    known = frame.assign(model=_text(frame["model"]), format=_text(frame["format"]))
+    known = known.drop_duplicates(["model", "format"])
+    out = out.merge(known[["model", "format", *[c for c in extra if c in frame.columns]]],
+                    on=["model", "format"], how="left")
+    out.insert(out.columns.get_loc("speedup"), "bound_speedup", out["speedup"])
+    bound = out.assign(estimate="bound")
+    exp = out.assign(estimate="expected", speedup=out["expected_speedup"], label="")
+    both = pd.concat([bound, exp[exp["speedup"].notna()]], ignore_index=True)
+    both.insert(2, "estimate", both.pop("estimate"))
+    return _sorted(both, ["model", "estimate", "group", "sparsity", "format"])
+
+
+def _with_expected(frame: pd.DataFrame, expected: pd.DataFrame, builder: str) -> pd.DataFrame:
+    """``frame`` (designs) with the expected columns of ``expected_designs`` (per model) and
+    each design's share of expected time priced without its family's kernel data."""
+    from dse.calibrate.expected import expected_designs
+
+    from .calibration import expected_fallback_share
+
+    _require(expected, ("format", "batch", "expected_s", "predictor", "calibration"), builder)
+    if "expected_speedup" not in frame.columns:
+        _require(frame, ("hardware", "batch", "latency_s"), builder)
+        if "model" in expected.columns:
+            parts = [expected_designs(rows, expected[expected["model"].astype(str) == str(m)])
+                     for m, rows in frame.groupby("model", sort=False, observed=True)]
+            frame = pd.concat(parts).loc[frame.index]
+        else:
+            frame = expected_designs(frame, expected)
+    shares = expected_fallback_share(expected)
+    keys = [k for k in ("model", "hardware", "format", "batch")
+            if k in shares.columns and k in frame.columns]
+    left = frame.drop(columns=["expected_fallback_share", "expected_fallbacks"],
+                      errors="ignore")
+    label = {k: left[k].astype(object).map(str) if k != "batch" else left[k] for k in keys}
+    merged = pd.DataFrame(label).merge(
+        shares.assign(**{k: shares[k].map(str) for k in keys if k != "batch"}),
+        on=keys, how="left")
+    return left.assign(expected_fallback_share=merged["expected_fallback_share"].to_numpy(),
+                       expected_fallbacks=merged["expected_fallbacks"].to_numpy())
 
 
 def sparsity_roofline_chart(data: pd.DataFrame) -> alt.FacetChart:
     """Accuracy (y) against speedup (x), a column per model (a row per batch when the frame
     holds several); one colour, shape and line per pattern group, each point labelled with its
-    sparsity. Designs that fall back are hollow, and named in the subtitle."""
+    sparsity. Designs that fall back are hollow, and named in the subtitle. With the
+    ``estimate`` column (``sparsity_roofline_data(frame, expected)``): a bound curve (solid,
+    circles) and an expected curve (dashed, triangles) per group. An empty frame (no design
+    has an accuracy) draws the axes and says so."""
+    if not len(data):
+        return alt.Chart(_inline(data)).mark_point().encode(
+            x=alt.X("speedup:Q", title="speedup over dense (x)"),
+            y=alt.Y("accuracy:Q", title="accuracy (%)")).properties(
+            width=_FACET_WIDTH, height=_FACET_HEIGHT, title=_title(
+                "Sparsity Roofline: accuracy against speedup",
+                "nothing to draw: no design has an accuracy in the accuracy table (give one "
+                "that has these models and formats)"))
     groups = _group_order(data["group"])
     color = alt.Color("group:N", title="pattern", sort=groups,
                       scale=alt.Scale(domain=groups))
@@ -385,6 +453,9 @@ def sparsity_roofline_chart(data: pd.DataFrame) -> alt.FacetChart:
         align="left", dx=7, dy=-8, fontSize=9).encode(text="label:N")
     labels_down = above.transform_filter("datum.rank % 2 == 0").mark_text(
         align="left", dx=7, dy=10, fontSize=9).encode(text="label:N")
+    if "estimate" in data.columns:
+        return _sparsity_roofline_calibrated(data, base, color, tooltip, own,
+                                             [labels_up, labels_down])
     layered = alt.layer(line, points, hollow, labels_up, labels_down,
                         data=_inline(data)).properties(width=_FACET_WIDTH,
                                                        height=_FACET_HEIGHT)
@@ -393,10 +464,95 @@ def sparsity_roofline_chart(data: pd.DataFrame) -> alt.FacetChart:
         _context(data, ("hardware", "batch", "fusion", "scope")), _fallback_note(data)))
 
 
+_ESTIMATES = ("bound", "expected")
+
+
+def _sparsity_roofline_calibrated(data: pd.DataFrame, base: alt.Chart, color: alt.Color,
+                                  tooltip: list, own, labels: list) -> alt.FacetChart:
+    """The Sparsity Roofline with a bound curve (solid, circles) and an expected curve
+    (dashed, triangles) per pattern group, each expected point joined to its bound."""
+    present = [e for e in _ESTIMATES if (data["estimate"] == e).any()]
+    words = {"bound": "bound: speed of light", "expected": "expected: "
+             + ", ".join(sorted({p.split(":")[0] for text in data["predictor"].dropna()
+                                 for p in str(text).split(", ") if ":" in p}))}
+    domain = present
+    legend = alt.Legend(labelExpr=" : ".join(
+        f"datum.value == '{e}' ? '{words[e]}'" for e in domain) + " : datum.value",
+        symbolOpacity=1, labelLimit=320)
+    shape = alt.Shape("estimate:N", title="speedup", sort=domain,
+                      scale=alt.Scale(domain=domain, range=[
+                          {"bound": "circle", "expected": "triangle-down"}[e] for e in domain]),
+                      legend=legend)
+    dash = alt.StrokeDash("estimate:N", title="speedup", sort=domain,
+                          scale=alt.Scale(domain=domain, range=[
+                              {"bound": [1, 0], "expected": [5, 3]}[e] for e in domain]),
+                          legend=legend)
+    tip = [*tooltip, alt.Tooltip("estimate:N", title="speedup"),
+           alt.Tooltip("bound_speedup:Q", title="bound speedup", format=".3f"),
+           alt.Tooltip("expected_speedup:Q", title="expected speedup", format=".3f"),
+           alt.Tooltip("validated_rmspe:Q", title="held-out RMSPE", format=".0%"),
+           alt.Tooltip("expected_fallback_share:Q", title="expected time without own data",
+                       format=".0%"),
+           alt.Tooltip("expected_fallbacks:N", title="priced how")]
+    groups = _group_order(data["group"])
+    color = alt.Color("group:N", title="pattern", sort=groups, scale=alt.Scale(domain=groups),
+                      legend=alt.Legend(symbolOpacity=1))
+    line = base.mark_line(opacity=0.6).encode(
+        color=color, strokeDash=dash, order="sparsity:Q", detail=["group:N", "estimate:N"])
+    join = base.transform_filter(alt.datum.estimate == "expected").mark_rule(
+        strokeWidth=1, opacity=0.35, strokeDash=[2, 2]).encode(
+        x2="bound_speedup:Q", color=color)
+    points = base.transform_filter(own).mark_point(filled=True, size=60).encode(
+        color=color, shape=shape, tooltip=tip)
+    hollow = base.transform_filter(~own).mark_point(filled=False, size=110,
+                                                    strokeWidth=2).encode(
+        color=color, shape=shape, tooltip=tip)
+    bound_only = [lab.transform_filter(alt.datum.estimate == "bound") for lab in labels]
+    layered = alt.layer(join, line, points, hollow, *bound_only,
+                        data=_inline(data)).properties(width=_FACET_WIDTH + 60,
+                                                       height=_FACET_HEIGHT)
+    exp = data[data["estimate"] == "expected"]
+    notes = []
+    if len(exp):
+        rmspe = exp["validated_rmspe"].dropna()
+        err = (f"{rmspe.min():.0%}" if rmspe.nunique() == 1 or
+               f"{rmspe.min():.0%}" == f"{rmspe.max():.0%}"
+               else f"{rmspe.min():.0%} to {rmspe.max():.0%}") if len(rmspe) else ""
+        device = words["expected"].split(": ", 1)[-1]
+        notes.append(f"triangles, dashed: expected speedup from the kernel predictors {device}, "
+                     "kernels one op at a time (unfused), an expectation, not a bound"
+                     + (f" (held-out RMSPE of the predictors used, weighted by expected time: "
+                        f"{err})" if err else "")
+                     + "; dotted lines join each design's expected point to its bound")
+        share = exp["expected_fallback_share"].fillna(0.0) if "expected_fallback_share" \
+            in exp else pd.Series(dtype=float)
+        if (share > 0).any():
+            fell = exp[share > 0]
+            who = [c for c in ("model", "batch") if c in fell and fell[c].nunique() > 1]
+            items = []
+            for key, rows in (fell.groupby(who, sort=False) if who else [((), fell)]):
+                key = key if isinstance(key, tuple) else (key,)
+                head = " ".join(f"batch {v}" if c == "batch" else str(v)
+                                for c, v in zip(who, key, strict=True))
+                items.append((f"{head}: " if head else "") + ", ".join(
+                    f"{r.format} {r.expected_fallback_share:.0%}" for r in rows.itertuples()))
+            why = sorted({n for text in fell["expected_fallbacks"].dropna()
+                          for n in str(text).split("; ") if n})
+            notes.append("share of expected time priced without the family's own kernel data: "
+                         + "; ".join(items[:6]) + ("; ... (see the data)" if len(items) > 6
+                                                   else "")
+                         + " (" + "; ".join(why) + ")")
+    return _facet_by_model(layered, data).properties(title=_title(
+        "Sparsity Roofline: accuracy against speedup, the bound and the expectation",
+        _context(data, ("model", "hardware", "batch", "fusion", "scope")),
+        _fallback_note(data[data["estimate"] == "bound"]), notes))
+
+
 # --- 2. the classic roofline with per-op points -------------------------------------------------
 
 def roofline_data(layers: pd.DataFrame, accelerator, numerics: Numerics = DEFAULT_NUMERICS,
-                  samples: int = 32) -> pd.DataFrame:
+                  samples: int = 32, *, expected: pd.DataFrame | None = None,
+                  measured: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per-op points and the roofs of one accelerator, as one tidy frame.
 
     ``layers``: rows of ``dse.evaluate_layers`` for one hardware (any models, formats).
@@ -425,6 +581,22 @@ def roofline_data(layers: pd.DataFrame, accelerator, numerics: Numerics = DEFAUL
     ``roof_label`` (the roof in words, for the legend) and ``used``: on roof and knee rows,
     whether an op runs on that roof (the vector CSR roof carries CSR work: unstructured
     formats and ``hw:csr`` fallbacks); the chart draws only those.
+
+    The expectation beside the bound (``dse report --calibrated``):
+
+    - ``expected``: rows of ``dse.calibrate.expected.expected_layers`` (unfused, same
+      hardware) add ``series = expected`` rows, one per op: ``intensity = flops /
+      dram_bytes`` of the unfused op, ``flops_per_s = flops / expected_s``, with
+      ``expected_s``, ``time_s`` (the op's unfused bound), ``predictor``, ``kernel``,
+      ``validated_rmspe``, ``calibration``, ``calibration_fallback`` (priced without the
+      family's own kernel data: :func:`reports.calibration.is_calibration_fallback`) and
+      ``bound_intensity``, ``bound_flops_per_s`` (the op's bound point in this frame, for the
+      connector the chart draws); ``fusion`` is null on them (the expectation is unfused).
+    - ``measured``: rows of :func:`reports.calibration.measured_data` add ``series =
+      measured`` rows as they are.
+
+    Both widen the roofs' range to their intensities, and set ``series_label`` (the legend's
+    words for bound, expected and measured) on every point row.
     """
     builder = "roofline_data"
     _require(layers, ("op", "format", "unit", "flops", "dram_bytes", "time_s"), builder)
@@ -489,10 +661,23 @@ def roofline_data(layers: pd.DataFrame, accelerator, numerics: Numerics = DEFAUL
     if csr == vector and is_csr.any():
         words[vector] += " (and CSR)"
 
+    for column in ("batch", "fusion", "scope"):
+        if column in layers.columns:
+            values = layers.loc[keep, column]
+            points[column] = values.to_numpy(dtype=np.int64) if column == "batch" \
+                else _text(values).to_numpy()
+    extra = []
+    if expected is not None:
+        extra.append(_expected_points(expected, points, acc.name, builder))
+    if measured is not None:
+        _require(measured, ("series", "intensity", "flops_per_s", "match"), builder)
+        extra.append(measured.copy())
+    extra = [e for e in extra if len(e)]
     knees = {name: peak / bandwidth for name, peak in roofs.items()}
     span = list(knees.values())
-    if len(points):
-        span += [points["intensity"].min() / 2.0, points["intensity"].max() * 2.0]
+    for frame in [points, *extra]:
+        if len(frame):
+            span += [frame["intensity"].min() / 2.0, frame["intensity"].max() * 2.0]
     # Past the highest knee too, so that every roof shows its flat part.
     low, high = min(span), max(*span, 4.0 * max(knees.values()))
     grid = np.geomspace(low, high, samples)
@@ -506,11 +691,6 @@ def roofline_data(layers: pd.DataFrame, accelerator, numerics: Numerics = DEFAUL
     roof_rows = pd.concat([*lines, pd.DataFrame(corners)], ignore_index=True)
     roof_rows["roof_label"] = roof_rows["roof"].map(words)
     roof_rows["used"] = roof_rows["roof"].map(used)
-    for column in ("batch", "fusion", "scope"):
-        if column in layers.columns:
-            values = layers.loc[keep, column]
-            points[column] = values.to_numpy(dtype=np.int64) if column == "batch" \
-                else _text(values).to_numpy()
     if "batch" in points and points["batch"].nunique() > 1:
         # A copy of the roofs per batch, so that every batch's panel draws them.
         roof_rows = pd.concat([roof_rows.assign(batch=b) for b in sorted(set(points["batch"]))],
@@ -522,13 +702,91 @@ def roofline_data(layers: pd.DataFrame, accelerator, numerics: Numerics = DEFAUL
     for column in ("fusion", "scope"):
         if column in points and points[column].nunique() == 1:
             roof_rows[column] = points[column].iloc[0]
-    parts = [points, roof_rows]
+    parts = [points, *extra, roof_rows]
     out = pd.concat([p for p in parts if len(p)], ignore_index=True)
     out["hardware"] = acc.name
     columns = ["series", "roof", "model", "format", "op", "unit", "bound", "intensity",
                "flops_per_s", "hardware", "batch", "fusion", "scope", "fallback",
                "unit_label", "roof_label", "used"]
+    if extra:
+        out["series_label"] = out["series"].map(_series_labels(out))
+        if "calibration_fallback" in out:
+            out["calibration_fallback"] = out["calibration_fallback"].astype(object).where(
+                out["calibration_fallback"].notna(), False).astype(bool)
+        columns += ["series_label", "time_s", "expected_s", "predictor", "kernel",
+                    "validated_rmspe", "calibration", "calibration_fallback",
+                    "bound_intensity", "bound_flops_per_s", "measured_s", "ops",
+                    "implementation", "kernel_format", "dtype", "m", "k", "n", "groups", "idle",
+                    "cache", "match", "dataset", "device_name"]
     return out[[c for c in columns if c in out.columns]]
+
+
+def _expected_points(expected: pd.DataFrame, points: pd.DataFrame, hardware: str,
+                     builder: str) -> pd.DataFrame:
+    """``series = expected`` rows of :func:`roofline_data` from ``expected_layers`` rows."""
+    _require(expected, ("op", "format", "flops", "dram_bytes", "time_s", "expected_s",
+                        "predictor", "calibration"), builder)
+    _one_value(expected, ("hardware",), builder)
+    if "hardware" in expected.columns and len(expected) \
+            and str(expected["hardware"].iloc[0]) != hardware:
+        raise ValueError(f"{builder}: the expected rows are of hardware "
+                         f"{expected['hardware'].iloc[0]}, the roofs of {hardware}; give "
+                         "expected_layers rows of the same hardware")
+    flops = expected["flops"].to_numpy(dtype=np.float64)
+    nbytes = expected["dram_bytes"].to_numpy(dtype=np.float64)
+    seconds = expected["expected_s"].to_numpy(dtype=np.float64)
+    keep = (flops > 0) & (nbytes > 0) & (seconds > 0)
+    kept = expected[keep]
+    out = pd.DataFrame({
+        "series": "expected",
+        "model": _text(kept["model"]).to_numpy() if "model" in kept else None,
+        "format": _text(kept["format"]).to_numpy(),
+        "op": _text(kept["op"]).to_numpy(),
+        "unit": _text(kept["unit"]).to_numpy() if "unit" in kept else None,
+        "bound": _text(kept["bound"]).to_numpy() if "bound" in kept else None,
+        "intensity": flops[keep] / nbytes[keep],
+        "flops_per_s": flops[keep] / seconds[keep],
+        "fallback": _text(kept["fallback"]).fillna("").to_numpy() if "fallback" in kept
+        else "",
+        "time_s": kept["time_s"].to_numpy(dtype=np.float64),
+        "expected_s": seconds[keep],
+        "predictor": _text(kept["predictor"]).to_numpy(),
+        "kernel": _text(kept["kernel"]).fillna("").to_numpy() if "kernel" in kept else "",
+        "validated_rmspe": kept["validated_rmspe"].to_numpy(dtype=np.float64)
+        if "validated_rmspe" in kept else np.nan,
+        "calibration": _text(kept["calibration"]).fillna("").to_numpy(),
+        "calibration_fallback": [is_calibration_fallback(n) for n in kept["calibration"]],
+    })
+    out["unit_label"] = out["unit"].map(lambda u: _UNIT_WORDS.get(u, u))
+    if "batch" in kept:
+        out["batch"] = kept["batch"].to_numpy(dtype=np.int64)
+    if "scope" in kept:
+        out["scope"] = _text(kept["scope"]).to_numpy()
+    keys = [c for c in ("model", "format", "batch", "op") if c in out and c in points]
+    bound = points[[*keys, "intensity", "flops_per_s"]].drop_duplicates(keys).rename(
+        columns={"intensity": "bound_intensity", "flops_per_s": "bound_flops_per_s"})
+    return out.merge(bound, on=keys, how="left") if keys and len(bound) else out
+
+
+#: Legend words of the point series of a calibrated roofline.
+BOUND_LABEL = "bound: speed of light"
+
+
+def _series_labels(data: pd.DataFrame) -> dict[str, str]:
+    """``series`` -> the legend's words: the bound, the expectation with its predictors, the
+    measured kernels with their dataset and whether their shapes are the trace's."""
+    labels = {"op": BOUND_LABEL}
+    exp = data[data["series"] == "expected"]
+    if len(exp):
+        device = sorted({p.split(":")[0] for p in exp["predictor"].dropna()})
+        labels["expected"] = f"expected: predictors {', '.join(device)}"
+    mes = data[data["series"] == "measured"]
+    if len(mes):
+        name = _fixed(mes, "dataset") or "dataset"
+        labels["measured"] = (f"measured: {name}, same shape as an op"
+                              if (mes["match"] == "same shape").all()
+                              else f"measured: {name}, every shape (none is an op's)")
+    return labels
 
 
 def roofline_chart(data: pd.DataFrame) -> alt.LayerChart | alt.FacetChart:
@@ -584,13 +842,139 @@ def roofline_chart(data: pd.DataFrame) -> alt.LayerChart | alt.FacetChart:
         counts = falls.groupby(["format", "fallback"])["op"].nunique()
         note = "hollow markers: ops that do not run the format's kernel (" + "; ".join(
             f"{f}: {n} ops {words.get(why, why)}" for (f, why), n in counts.items()) + ")"
-    layered = alt.layer(roofs, knees, knee_labels, ops, fell, data=_inline(data))
-    title = _title("Roofline: per-op speed of light against the roofs of the units used",
-                   f"{head} on {context}" if head else context, note)
+    if "series_label" in data.columns:
+        color = alt.Color("format:N", sort=formats, scale=alt.Scale(domain=formats),
+                          title="format", legend=alt.Legend(symbolOpacity=1))
+        points, notes = _calibrated_points(data, base, color, tooltip, note)
+        layered = alt.layer(roofs, knees, knee_labels, *points, data=_inline(data))
+        title = _title("Roofline: per-op bound, expected and measured throughput against the "
+                       "roofs of the units used", f"{head} on {context}" if head else context,
+                       notes)
+    else:
+        layered = alt.layer(roofs, knees, knee_labels, ops, fell, data=_inline(data))
+        title = _title("Roofline: per-op speed of light against the roofs of the units used",
+                       f"{head} on {context}" if head else context, note)
     if "batch" in data.columns and data["batch"].nunique() > 1:
         return layered.properties(width=420, height=320).facet(
             column=alt.Column("batch:O", title="batch")).properties(title=title)
     return layered.properties(width=520, height=360, title=title)
+
+
+_SERIES_SHAPES = {"op": "circle", "expected": "triangle-down", "measured": "cross"}
+
+
+def _percent_list(pairs: Iterable[tuple[str, float]]) -> str:
+    return ", ".join(f"{name} {value:.0%}" for name, value in pairs)
+
+
+def _calibrated_points(data: pd.DataFrame, base: alt.Chart, color: alt.Color, tooltip: list,
+                       bound_note: str) -> tuple[list, list[str]]:
+    """The point layers of a calibrated roofline (bound circles, expected triangles joined to
+    their bound, measured crosses) and the subtitle lines that say what each is."""
+    present = [s for s in ("op", "expected", "measured") if (data["series"] == s).any()]
+    labels = data[data["series"].isin(present)].drop_duplicates("series").set_index(
+        "series")["series_label"]
+    shape = alt.Shape("series_label:N", title="point", sort=[labels[s] for s in present],
+                      scale=alt.Scale(domain=[labels[s] for s in present],
+                                      range=[_SERIES_SHAPES[s] for s in present]),
+                      legend=alt.Legend(labelLimit=420))
+    is_op = alt.datum.series == "op"
+    own = is_op & ((alt.datum.fallback == "") | ~alt.expr.isValid(alt.datum.fallback))
+    bound_tip = [*tooltip, alt.Tooltip("series_label:N", title="point")]
+    back = []  # drawn first: connectors, then measured kernels that are not the trace's ops
+    layers = [
+        base.transform_filter(own).mark_point(filled=True, size=35, opacity=0.75).encode(
+            color=color, shape=shape, tooltip=bound_tip),
+        base.transform_filter(is_op & ~own).mark_point(
+            filled=False, size=45, opacity=0.9, strokeWidth=1.5).encode(
+            color=color, shape=shape, tooltip=bound_tip)]
+    notes = [bound_note.replace("hollow markers", "hollow circles")] if bound_note else []
+    expected = data[data["series"] == "expected"]
+    if len(expected):
+        is_exp = alt.datum.series == "expected"
+        fell = alt.datum.calibration_fallback == True  # noqa: E712 - a Vega expression
+        tip = ["model:N", "format:N", "op:N", "unit_label:N",
+               alt.Tooltip("expected_s:Q", title="expected (s)", format=".4~g"),
+               alt.Tooltip("time_s:Q", title="bound, unfused (s)", format=".4~g"),
+               alt.Tooltip("flops_per_s:Q", title="expected FLOP/s", format=".4~s"),
+               "predictor:N", "kernel:N",
+               alt.Tooltip("validated_rmspe:Q", title="held-out RMSPE", format=".0%"),
+               alt.Tooltip("calibration:N", title="priced how")]
+        back.append(base.transform_filter(
+            is_exp & alt.expr.isValid(alt.datum.bound_intensity)).mark_rule(
+            strokeWidth=1, opacity=0.3).encode(
+            x2="bound_intensity:Q", y2="bound_flops_per_s:Q", color=color))
+        layers += [
+            base.transform_filter(is_exp & ~fell).mark_point(
+                filled=True, size=40, opacity=0.8).encode(color=color, shape=shape,
+                                                          tooltip=tip),
+            base.transform_filter(is_exp & fell).mark_point(
+                filled=False, size=45, opacity=0.9, strokeWidth=1.5).encode(
+                color=color, shape=shape, tooltip=tip)]
+        rmspe = expected.dropna(subset=["validated_rmspe"]).drop_duplicates("predictor")
+        errors = _percent_list((":".join(p.split(":")[1:-1]), r) for p, r in zip(
+            rmspe["predictor"], rmspe["validated_rmspe"], strict=True))
+        device = ", ".join(sorted({p.split(":")[0] for p in expected["predictor"]}))
+        notes.append(f"triangles: expected time from the kernel predictors {device}, kernels "
+                     "one op at a time (unfused), joined by a line to the op's bound; an "
+                     "expectation, not a bound"
+                     + (f" (held-out RMSPE {errors})" if errors else ""))
+        fallbacks = expected[expected["calibration_fallback"].astype(bool)]
+        if len(fallbacks):
+            counts = fallbacks.assign(note=[
+                "; ".join(n for n in str(c).split("; ") if not n.startswith(
+                    CARRIED_OVER))
+                for c in fallbacks["calibration"]]).groupby("note")["op"].nunique()
+            notes.append("hollow triangles: priced without the family's own kernel data ("
+                         + "; ".join(f"{n} ops: {why}" for why, n in counts.items()) + ")")
+        carried = sorted({n for c in expected["calibration"] for n in str(c).split("; ")
+                          if n.startswith(CARRIED_OVER)})
+        if carried:
+            notes.append("expected on another spec than the predictors' reference: "
+                         + "; ".join(carried))
+    measured = data[data["series"] == "measured"]
+    if len(measured):
+        elsewhere = len(expected) and any(n.startswith(CARRIED_OVER) for c in
+                                          expected["calibration"] for n in str(c).split("; "))
+        is_mes = alt.datum.series == "measured"
+        tip = ["format:N", "op:N", alt.Tooltip("ops:Q", title="ops of this shape"),
+               alt.Tooltip("kernel_format:N", title="kernel format"), "implementation:N",
+               "m:Q", "k:Q", "n:Q", "groups:Q", "dtype:N",
+               alt.Tooltip("measured_s:Q", title="measured median (s)", format=".4~g"),
+               alt.Tooltip("flops_per_s:Q", title="measured FLOP/s", format=".4~s"),
+               alt.Tooltip("intensity:Q", format=".4~g"), "idle:N", "cache:N", "match:N"]
+        same = (measured["match"] == "same shape").all()
+        name = _fixed(measured, "dataset") or "the dataset"
+        where = _fixed(measured, "device_name")
+        dtype = _fixed(measured, "dtype")
+        cache = _fixed(measured, "cache") if "cache" in measured else None
+        calls = f"isolated calls{f', {cache} cache' if cache else ''}"
+        shapes = len(measured.drop_duplicates(["kernel_format", "m", "k", "n", "groups"]))
+        about = f"{name}" + (f" ({where}" + (f", {dtype}" if dtype else "") + ")"
+                             if where else "")
+        if same:
+            layers.append(base.transform_filter(is_mes).mark_point(
+                filled=True, size=80, opacity=0.9, stroke="black", strokeWidth=0.7).encode(
+                color=color, shape=shape, tooltip=tip))
+            models = sorted(set(data.loc[data["series"] == "op", "model"].dropna()))
+            missing = [m for m in models if m not in set(measured["model"].dropna())]
+            notes.append(f"crosses: measured ({calls}), the fastest kernel of dataset {about} "
+                         f"for each of the {shapes} shapes and formats that are ops of the trace "
+                         "(same M, K, N, groups and format)"
+                         + (f"; none for {', '.join(missing)}" if missing else "")
+                         + (f"; measured on that device, not on {_fixed(data, 'hardware')}"
+                            if elsewhere else ""))
+        else:
+            back.append(base.transform_filter(is_mes).mark_point(
+                filled=True, size=30, opacity=0.35, color="#777").encode(
+                shape=shape, tooltip=tip))
+            notes.append(f"grey crosses: measured ({calls}), the fastest kernel of each of "
+                         f"the {shapes} "
+                         f"shapes of dataset {about}; none is the shape of an op of the trace, "
+                         "so they show what kernels reach on the device, not these ops"
+                         + (f"; measured on that device, not on {_fixed(data, 'hardware')}"
+                            if elsewhere else ""))
+    return back + layers, notes
 
 
 # --- 3. bound mix by format ---------------------------------------------------------------------

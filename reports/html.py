@@ -102,7 +102,7 @@ _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
        max-width: 1200px; padding: 0 1rem; color: #222; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.2rem; margin-top: 2.5rem; }
-nav ul { columns: 2; } .note { color: #555; max-width: 80ch; }
+nav ul { columns: 2; } .note { color: #555; max-width: 80ch; } .intro { max-width: 100ch; }
 .chart { overflow-x: auto; margin: 0.5rem 0; }
 .files a { margin-right: 1rem; font-size: 0.9rem; }
 table { border-collapse: collapse; font-size: 0.85rem; }
@@ -198,7 +198,8 @@ def _provenance(command: str | None, specs: pd.DataFrame) -> str:
 
 
 def _page(title: str, sections: Sequence[Section], specs: dict[str, dict],
-          tables: Sequence[tuple[str, str, pd.DataFrame]], provenance: str = "") -> str:
+          tables: Sequence[tuple[str, str, pd.DataFrame]], provenance: str = "",
+          intro: Sequence[str] = ()) -> str:
     esc = html.escape
     toc = [f'<li><a href="#section-{s.name}">{esc(s.title)}</a></li>' for s in sections]
     toc += [f'<li><a href="#table-{slug}">{esc(t)}</a></li>' for t, slug, _ in tables]
@@ -228,6 +229,7 @@ def _page(title: str, sections: Sequence[Section], specs: dict[str, dict],
         "<body>",
         f"<h1>{esc(title)}</h1>",
         provenance,
+        *(f'<p class="intro">{esc(p)}</p>' for p in intro),
         f"<nav><ul>{''.join(toc)}</ul></nav>" if len(toc) > 1 else "",
         *body,
         f"<script>{_EMBED % _script_json(specs)}</script>",
@@ -333,7 +335,8 @@ def _move_into(staging: Path, folder: Path, names: list[str]) -> None:
 
 def write_report(folder: Path | str, title: str, sections: Sequence[Section],
                  tables: Sequence[tuple[str, pd.DataFrame]] = (), *,
-                 command: str | None = None, hardware: Sequence = ()) -> Path:
+                 command: str | None = None, hardware: Sequence = (),
+                 intro: Sequence[str] = ()) -> Path:
     """Write a self-contained report into ``folder``; returns the path of its ``index.html``.
 
     Per section: ``NAME.svg``, ``NAME.png`` and ``NAME.csv``; per table (title, DataFrame):
@@ -344,7 +347,8 @@ def write_report(folder: Path | str, title: str, sections: Sequence[Section],
 
     The page records how it was made: ``command`` (the command line, e.g. ``dse report
     ...``), dse's version, the date, and the specs of ``hardware`` (accelerators; also written
-    as ``hardware-specs.csv``).
+    as ``hardware-specs.csv``). ``intro``: paragraphs of plain text shown under the title
+    (e.g. what the expected numbers are, ``dse report --calibrated``).
 
     Atomic per file and as a whole: nothing in ``folder`` changes until every file has been
     rendered into a temporary folder beside it; files then move in by ``os.replace``,
@@ -371,7 +375,8 @@ def write_report(folder: Path | str, title: str, sections: Sequence[Section],
         hw_specs = hardware_specs(hardware)
         if len(hw_specs):
             hw_specs.to_csv(staging / "hardware-specs.csv", index=False)
-        page = _page(title, sections, specs, table_list, _provenance(command, hw_specs))
+        page = _page(title, sections, specs, table_list, _provenance(command, hw_specs),
+                     [str(p) for p in intro])
         (staging / "index.html").write_text(page, encoding="utf-8")
         names = [p.name for p in staging.iterdir()]
         _move_into(staging, folder, names)

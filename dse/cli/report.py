@@ -10,8 +10,12 @@ import pandas as pd
 from workloads import trace_names
 
 from ..accuracy import DEFAULT_TABLE, attach_accuracy, load_accuracy_table
+from ..calibrate.expected import expected_designs, expected_layers
+from ..calibrate.predictor import CalibrationError, load_predictors
 from ..explore import feature_overhead, parse_vary, sweep
 from ..explore.studies import DEFAULT_BATCHES, DEFAULT_FORMATS
+from ..measure.dataset import load_dataset
+from ..measure.errors import DatasetError
 from ..output import write_table
 from ..roofline import (
     energy_frame,
@@ -48,6 +52,16 @@ def add_parsers(commands) -> None:
     rp.add_argument("--accuracy-table", type=Path, metavar="CSV",
                     help="accuracy table (default: the shipped one)")
     rp.add_argument("--out", type=Path, required=True, metavar="DIR", help="report folder")
+    rp.add_argument("--calibrated", metavar="DEVICE",
+                    help="draw the expectation beside the bound: expected points on the "
+                         "per-layer roofline and an expected curve on the Sparsity Roofline, "
+                         "from the kernel predictors of DEVICE (shipped: h100-sxm, "
+                         "cpu-amd-epyc-2c; or a file written by dse calibrate --out), with "
+                         "the measured kernels of its dataset")
+    rp.add_argument("--measured", metavar="DATASET",
+                    help="with --calibrated: the measured kernels to draw (a shipped dataset "
+                         "or a file written by dse measure; default: the dataset the "
+                         "predictors were trained on)")
     rp.set_defaults(run=_cmd_report)
 
     cp = commands.add_parser(
@@ -113,11 +127,29 @@ def _cmd_report(args: argparse.Namespace) -> int:
     import reports
 
     check_outputs(folders=[("--out", args.out)])
+    if args.measured and not args.calibrated:
+        raise CalibrationError("--measured draws measured kernels beside the expectation; "
+                               "give --calibrated DEVICE too")
     d = design_from_args(args)
+    predictors = load_predictors(args.calibrated) if args.calibrated else None
+    dataset_name, dataset = _measured_dataset(args.measured, predictors)
     first_hw, fusion = d.accelerator, d.fusions[0]
-    evaluated = pd.concat([evaluate(t, d.hardware, d.formats, d.batches, fusion=fusion,
-                                    scope=d.scope, numerics=d.numerics) for t in d.traces],
-                          ignore_index=True)
+    frames, expected = [], []
+    for t in d.traces:
+        frame = evaluate(t, d.hardware, d.formats, d.batches, fusion=fusion, scope=d.scope,
+                         numerics=d.numerics)
+        if predictors is not None:
+            # Kernels as they exist run one op at a time: the expectation is unfused.
+            exp = expected_layers(evaluate_layers(t, d.hardware, d.formats, d.batches,
+                                                  fusion="unfused", scope=d.scope,
+                                                  numerics=d.numerics), t, predictors)
+            frame = expected_designs(frame, exp)
+            expected.append(exp)
+        frames.append(frame)
+    evaluated = pd.concat(frames, ignore_index=True)
+    expected = pd.concat(expected, ignore_index=True) if expected else None
+    exp_first = None if expected is None else \
+        expected[expected["hardware"] == first_hw.name].reset_index(drop=True)
     # Every requested batch is charted: a row (or column) per batch where it matters.
     layers = pd.concat([evaluate_layers(t, first_hw, d.formats, d.batches, fusion=fusion,
                                         scope=d.scope, numerics=d.numerics) for t in d.traces],
@@ -125,30 +157,76 @@ def _cmd_report(args: argparse.Namespace) -> int:
     on_first = evaluated[evaluated["hardware"] == first_hw.name]
     table = load_accuracy_table(args.accuracy_table or DEFAULT_TABLE)
     with_accuracy = attach_accuracy(on_first.copy(), table)
-    roof = pd.concat([reports.sparsity_roofline_data(with_accuracy[with_accuracy["batch"] == b])
-                      for b in d.batches], ignore_index=True)
-    per_layer = reports.roofline_data(layers, first_hw, d.numerics)
+    roof = pd.concat([reports.sparsity_roofline_data(
+        with_accuracy[with_accuracy["batch"] == b],
+        None if exp_first is None else exp_first[exp_first["batch"] == b])
+        for b in d.batches], ignore_index=True)
+    measured = None if dataset is None else reports.measured_data(
+        dataset, layers, d.traces, name=dataset_name)
+    per_layer = reports.roofline_data(layers, first_hw, d.numerics, expected=exp_first,
+                                      measured=measured)
     mix = pd.concat([reports.bound_mix_data(layers[layers["batch"] == b]) for b in d.batches],
                     ignore_index=True)
     shares = reports.feature_share_data(on_first)
     where = f"on {first_hw.name}" + (f" (the first of {len(d.hardware)} accelerators)"
                                      if len(d.hardware) > 1 else "")
     batches = ", ".join(map(str, d.batches))
+    beside = roof_beside = ""
+    if predictors is not None:
+        roof_beside = f": bound and expected (predictors {predictors.name})"
+        beside = (f": bound, expected (predictors {predictors.name})"
+                  + (f" and measured (dataset {dataset_name})" if measured is not None else ""))
+    lacking = [t.model for t in d.traces if t.model not in set(roof["model"])]
     sections = [
-        reports.Section("sparsity-roofline", f"Sparsity Roofline {where}, batch {batches}",
-                        reports.sparsity_roofline_chart(roof), roof),
-        reports.Section("roofline", f"Per-layer roofline {where}, batch {batches}",
+        reports.Section("sparsity-roofline",
+                        f"Sparsity Roofline {where}, batch {batches}{roof_beside}",
+                        reports.sparsity_roofline_chart(roof), roof,
+                        note=f"Not drawn: {', '.join(lacking)} (no accuracy in the accuracy "
+                             "table; give one with --accuracy-table)" if lacking else ""),
+        reports.Section("roofline", f"Per-layer roofline {where}, batch {batches}{beside}",
                         reports.roofline_chart(per_layer), per_layer),
         reports.Section("bound-mix", f"Memory- and compute-bound share of time by format "
                         f"{where}, batch {batches}", reports.bound_mix_chart(mix), mix),
         reports.Section("feature-share", f"Feature share of DRAM traffic and speedup by batch "
                         f"{where}", reports.feature_share_chart(shares), shares),
     ]
-    index = reports.write_report(args.out, "dse report", sections,
-                                 tables=[("Designs", evaluated)], command=args.command_line,
-                                 hardware=d.hardware)
+    tables, intro = [("Designs", evaluated)], []
+    if predictors is not None:
+        intro = reports.calibration_text(predictors, expected, measured, dataset_name)
+        if dataset_name is not None and dataset is None:
+            intro.append(f"Measured points: none (dataset {dataset_name} of the predictors "
+                         "cannot be found here; give one with --measured).")
+        tables.append((f"Kernel predictors {predictors.name} and their held-out errors",
+                       reports.predictor_table(predictors, expected)))
+        fallbacks = reports.calibration_fallbacks(expected)
+        if len(fallbacks):
+            tables.append(("Expected: ops priced without their family's kernel data",
+                           fallbacks))
+    index = reports.write_report(args.out, "dse report", sections, tables=tables,
+                                 command=args.command_line, hardware=d.hardware, intro=intro)
     print(f"wrote {index} ({len(sections)} charts)")
+    if predictors is not None:
+        print(f"expected: kernel predictors {predictors.name}, an expectation, not a bound"
+              + (f"; measured: {len(measured)} points of dataset {dataset_name}"
+                 f" ({measured['match'].iloc[0]})" if measured is not None and len(measured)
+                 else ""))
     return 0
+
+
+def _measured_dataset(name: str | None, predictors) -> tuple[str | None, pd.DataFrame | None]:
+    """The measured kernels to draw: ``--measured`` (its errors are the user's), else the
+    dataset the predictors were trained on, when it can be loaded here."""
+    if predictors is None:
+        return None, None
+    if name:
+        return name, load_dataset(name)
+    name = predictors.provenance.get("dataset") or None
+    if name is None:
+        return None, None
+    try:
+        return name, load_dataset(name)
+    except DatasetError:
+        return name, None
 
 
 def _comparison_text(frame: pd.DataFrame) -> str:
