@@ -29,6 +29,11 @@ value, then shows the best designs that meet it. The design's own figures are us
 (``speedup``, ``accuracy``, the worst ``speedup_over_baseline`` and ``accuracy_drop`` and, per
 model and batch, a one-line summary). An exhaustive study is written, once complete, as an
 Optuna study of the same name with one completed trial per recorded design (:func:`write_designs`).
+
+A calibrated study (``--calibrated DEVICE``) takes the expected speedup (kernels as they exist)
+wherever the above says speedup: the value (``geomean_expected_speedup``), the speed constraint
+and the ranking; the bound's geometric-mean speedup stays a user attribute (``speedup``) beside
+``expected_speedup``.
 """
 
 from __future__ import annotations
@@ -164,15 +169,16 @@ def _sampler(problem: Problem, seed: int) -> optuna.samplers.BaseSampler:
 def metric_names(problem: Problem) -> list[str]:
     """The names of a study's values, as Optuna and optuna-dashboard show them."""
     kind = problem.objective.kind
-    if kind == "pareto":
-        return ["geomean_speedup", "mean_accuracy"]
     if kind == "accuracy":
         return ["mean_accuracy"]
+    speed = f"geomean_{problem.speed}"
+    if kind == "pareto":
+        return [speed, "mean_accuracy"]
     if problem.objective.per_row:
         return [f"geomean_{problem.objective.column}"]
     if kind == "cost":
         return [str(problem.objective.column)]
-    return ["geomean_speedup"]
+    return [speed]
 
 
 def label(problem: Problem, handle: optuna.Study, engine: str) -> None:
@@ -217,7 +223,7 @@ def load(problem: Problem, storage: Storage, study: str, seed: int) -> optuna.St
 
 def objective_values(problem: Problem, rows: pd.DataFrame) -> tuple[list[float], list[float]]:
     """A design's values and constraints from its scored rows (one per model and batch)."""
-    speedup = float(np.exp(np.mean(np.log(rows["speedup"].to_numpy()))))
+    speedup = float(np.exp(np.mean(np.log(rows[problem.speed].to_numpy(dtype=np.float64)))))
     accuracy = float(np.mean(rows["accuracy"].to_numpy()))
     kind = problem.objective.kind
     if kind == "pareto":
@@ -275,6 +281,10 @@ def design_attrs(problem: Problem, rows: pd.DataFrame) -> dict[str, Any]:
     accuracy = rows["accuracy"].to_numpy(dtype=np.float64)
     attrs: dict[str, Any] = {"speedup": _number(np.exp(np.mean(np.log(speedup)))),
                              "accuracy": _number(np.mean(accuracy))}
+    expected = problem.speed != "speedup"
+    if expected:
+        attrs["expected_speedup"] = _number(np.exp(np.mean(np.log(
+            rows[problem.speed].to_numpy(dtype=np.float64)))))
     if problem.objective.per_row:
         attrs[problem.objective.column] = _number(
             _geomean(rows[problem.objective.column].to_numpy(dtype=np.float64)), 9)
@@ -289,6 +299,8 @@ def design_attrs(problem: Problem, rows: pd.DataFrame) -> dict[str, Any]:
     baseline = "" if problem.target is None else problem.target.baseline.name
     for i, row in enumerate(rows.itertuples(index=False)):
         parts = [f"{row.speedup:.3f}x"]
+        if expected:
+            parts = [f"expected {row.expected_speedup:.3f}x", f"bound {row.speedup:.3f}x"]
         if problem.target is not None:
             parts.append(f"{row.speedup_over_baseline:.3f}x {baseline}")
         parts.append(f"accuracy {row.accuracy:.2f}")
@@ -449,7 +461,8 @@ def _candidate_rows(problem: Problem, results: pd.DataFrame) -> np.ndarray:
 
 def design_table(problem: Problem, results: pd.DataFrame) -> pd.DataFrame:
     """One row per candidate design (``hw_point``, ``format``) of a study's scored results,
-    aggregated over models and batches as an Optuna trial is: ``speedup`` (geometric mean),
+    aggregated over models and batches as an Optuna trial is: ``speedup`` (geometric mean; of
+    the expected speedups in a calibrated study),
     ``accuracy`` (mean), ``cost`` (the minimized field), the two constraints ``speed`` and
     ``accuracy_gap`` (NaN without a target), ``feasible`` and ``best_rank`` (the design's best
     rank over models and batches, NaN when it meets the target on none); best designs first."""
@@ -457,7 +470,7 @@ def design_table(problem: Problem, results: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame({
         "hw_point": rows["hw_point"].to_numpy(dtype=np.int64),
         "format": pd.Categorical(rows["format"]),
-        "log_speedup": np.log(rows["speedup"].to_numpy(dtype=np.float64)),
+        "log_speedup": np.log(rows[problem.speed].to_numpy(dtype=np.float64)),
         "accuracy": rows["accuracy"].to_numpy(dtype=np.float64),
         "rank": rows["rank"].to_numpy(dtype=np.float64, na_value=np.nan)})
     frame["accuracy_missing"] = np.isnan(frame["accuracy"].to_numpy())

@@ -19,7 +19,8 @@ import pandas as pd
 
 from accelerator_models import Accelerator
 from dse.accuracy import DEFAULT_TABLE, AccuracyTable, AccuracyTableError, load_accuracy_table
-from dse.explore import ROOFLINE, Block, Evaluator, Simulator, evaluate_grid
+from dse.calibrate.predictor import DevicePredictors, load_predictors
+from dse.explore import ROOFLINE, Block, Calibrated, Evaluator, Simulator, evaluate_grid
 from dse.roofline import DEFAULT_NUMERICS
 from dse.roofline.energy import ENERGY_COLUMNS, energy_frame, evaluate_layer_frames
 from dse.roofline.evaluator import label_column
@@ -90,6 +91,7 @@ class Problem:
         self.builder = HardwareBuilder(self.space, nm)
         self.accuracy = {t.model: self._accuracies(t.model) for t in self.traces}
         self._check_objective()
+        self.predictors  # noqa: B018 - a calibrated study's predictors load (or fail) here
         self._outside: dict[tuple[str, str], float] = {}
 
     # --- inputs --------------------------------------------------------------------------------
@@ -187,7 +189,8 @@ class Problem:
         self._add_memory(frame, trace, accelerators, local)
         if self.objective.needs_energy:
             self._add_energy(frame, trace, accelerators, local, tuple(formats))
-        return score(frame, set(self.candidates), self.accuracy[trace.model], self.target)
+        return score(frame, set(self.candidates), self.accuracy[trace.model], self.target,
+                     speed=self.speed)
 
     def _add_memory(self, frame: pd.DataFrame, trace: Trace,
                     accelerators: tuple[Accelerator, ...], local: np.ndarray) -> None:
@@ -251,8 +254,23 @@ class Problem:
         return SimConfig.from_dict(self.settings.extra.get("simulation", {}))
 
     @cached_property
+    def predictors(self) -> DevicePredictors | None:
+        """The kernel predictors of a calibrated study (``--calibrated DEVICE``), else None."""
+        name = self.settings.extra.get("calibrated")
+        return None if name is None else load_predictors(name)
+
+    @property
+    def speed(self) -> str:
+        """The column targets and rankings use: the expected speedup in a calibrated study,
+        the bound's otherwise."""
+        return "speedup" if self.settings.extra.get("calibrated") is None else "expected_speedup"
+
+    @cached_property
     def evaluator(self) -> Evaluator:
-        """The roofline, or the simulator in this process (the study's workers fan out)."""
+        """The roofline, the roofline with the expectation beside it (calibrated), or the
+        simulator in this process (the study's workers fan out)."""
+        if self.predictors is not None:
+            return Calibrated(self.predictors)
         return ROOFLINE if self.simulation is None else Simulator(self.simulation)
 
 

@@ -4,6 +4,12 @@
 the baseline's speedup on the same model, hardware point and batch, the accuracy and its drop,
 and why a design misses the target. ``rank`` orders the designs that meet it, per model and
 batch, by the objective.
+
+Both take the column that holds the speed: ``speedup`` (the bound's, the default) or
+``expected_speedup`` (a calibrated search: kernels as they exist). With the expected one the
+target and the ranking use it, and the bound's own answer rides along in ``bound_*`` columns
+(``bound_speedup_over_baseline``, ``bound_meets_target``, ``bound_rank``), so that a report can
+set the two answers side by side.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ _RELATIVE_TOLERANCE = 1e-12
 
 
 def score(rows: pd.DataFrame, candidates: set[str], accuracy: Mapping[str, tuple[float, str]],
-          target: Target | None) -> pd.DataFrame:
+          target: Target | None, speed: str = "speedup") -> pd.DataFrame:
     """Add target and accuracy columns to one model's evaluated rows, in place; returns them.
 
     ``rows`` needs ``format``, ``hw_point``, ``batch`` and ``speedup``; every (hw_point, batch)
@@ -38,6 +44,10 @@ def score(rows: pd.DataFrame, candidates: set[str], accuracy: Mapping[str, tuple
     has ``fits`` (from the memory model), a design whose peak memory exceeds the DRAM capacity
     (``fits`` False; NA, no capacity in the spec, counts as fitting) gets the verdict ``does
     not fit`` and never meets the target, whatever its speed and accuracy.
+
+    ``speed``: the column the target compares (``speedup`` or ``expected_speedup``); with
+    ``expected_speedup`` and a target, the bound's verdict is added as
+    ``bound_baseline_speedup``, ``bound_speedup_over_baseline`` and ``bound_meets_target``.
     """
     out = attach_accuracy(rows, accuracy)
     formats = pd.Categorical(out["format"])
@@ -48,7 +58,7 @@ def score(rows: pd.DataFrame, candidates: set[str], accuracy: Mapping[str, tuple
              else "dense" if n == "dense" else "baseline" for n in names]
     is_candidate = np.array([r == "candidate" for r in roles])[codes]
     out["role"] = label_column(codes, roles)
-    speedup = out["speedup"].to_numpy()
+    speedup = out[speed].to_numpy(dtype=np.float64)
     fits = (out["fits"].to_numpy(dtype=bool, na_value=True) if "fits" in out
             else np.ones(len(out), dtype=bool))
     if target is None:
@@ -77,6 +87,15 @@ def score(rows: pd.DataFrame, candidates: set[str], accuracy: Mapping[str, tuple
     out["meets_speed"] = meets_speed
     out["meets_accuracy"] = meets_acc
     out["meets_target"] = meets_speed & meets_acc & is_candidate & fits
+    if speed != "speedup":  # the bound's answer beside the expectation's
+        bound = out["speedup"].to_numpy(dtype=np.float64)
+        bound_base = np.full(int(key.max()) + 1, np.nan)
+        bound_base[key[is_base]] = bound[is_base]
+        bound_ratio = bound / bound_base[key]
+        out["bound_baseline_speedup"] = bound_base[key]
+        out["bound_speedup_over_baseline"] = bound_ratio
+        out["bound_meets_target"] = ((bound_ratio >= target.ratio * (1.0 - _RELATIVE_TOLERANCE))
+                                     & meets_acc & is_candidate & fits)
     # Codes into VERDICTS: 0 meets, 1 too slow, 2 too inaccurate, 3 both; 4 does not fit.
     verdict = (~meets_speed).astype(np.int64) + 2 * (~meets_acc).astype(np.int64)
     verdict = np.where(fits, verdict, 4)
@@ -105,40 +124,56 @@ def pareto_mask(speedup: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
     return keep
 
 
-def rank(scored: pd.DataFrame, objective: Objective) -> pd.DataFrame:
+def rank(scored: pd.DataFrame, objective: Objective, speed: str = "speedup") -> pd.DataFrame:
     """Add ``rank`` (1 = best, per model and batch, among candidates meeting the target; NA
-    elsewhere) and, for the pareto objective, ``pareto``; in place, row order kept."""
+    elsewhere) and, for the pareto objective, ``pareto``; in place, row order kept. ``speed``
+    is the speed column ranked by (see :func:`score`); with ``expected_speedup`` the bound's
+    ranking is added too, as ``bound_rank`` (and ``bound_pareto``)."""
     out = scored
-    eligible = out["meets_target"].to_numpy(dtype=bool)
-    if objective.needs_accuracy:
-        eligible = eligible & out["accuracy"].notna().to_numpy()
-    keys, desc = _sort_keys(objective)
-    values = {k: out[k].to_numpy(dtype=np.float64) for k in {*keys, "speedup", "accuracy"}}
     model = pd.Categorical(out["model"]).codes.astype(np.int64)
     _, batch = np.unique(out["batch"].to_numpy(), return_inverse=True)
     group = model * (int(batch.max()) + 1) + batch if len(out) else model
+    ranks, front = _ranks(out, objective, speed, "meets_target", group)
+    out["rank"] = pd.arrays.IntegerArray(ranks, mask=ranks == 0)
+    if objective.kind == "pareto":
+        out["pareto"] = front
+    if speed != "speedup":
+        meets = "bound_meets_target" if "bound_meets_target" in out else "meets_target"
+        ranks, front = _ranks(out, objective, "speedup", meets, group)
+        out["bound_rank"] = pd.arrays.IntegerArray(ranks, mask=ranks == 0)
+        if objective.kind == "pareto":
+            out["bound_pareto"] = front
+    return out
+
+
+def _ranks(out: pd.DataFrame, objective: Objective, speed: str, meets: str,
+           group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rank, 0 where unranked; on the Pareto front) of every row, by ``speed``, among the
+    rows where ``meets`` holds."""
+    eligible = out[meets].to_numpy(dtype=bool)
+    if objective.needs_accuracy:
+        eligible = eligible & out["accuracy"].notna().to_numpy()
+    keys, desc = _sort_keys(objective, speed)
+    values = {k: out[k].to_numpy(dtype=np.float64) for k in {*keys, speed, "accuracy"}}
     ranks = np.zeros(len(out), dtype=np.int64)
     front = np.zeros(len(out), dtype=bool)
     for g in np.unique(group[eligible]):
         pick = np.flatnonzero(eligible & (group == g))
         if objective.kind == "pareto":
-            on_front = pareto_mask(values["speedup"][pick], values["accuracy"][pick])
+            on_front = pareto_mask(values[speed][pick], values["accuracy"][pick])
             pick = pick[on_front]
             front[pick] = True
         order = _order({k: v[pick] for k, v in values.items()}, keys, desc)
         ranks[pick[order]] = np.arange(1, len(order) + 1)
-    out["rank"] = pd.arrays.IntegerArray(ranks, mask=ranks == 0)
-    if objective.kind == "pareto":
-        out["pareto"] = front
-    return out
+    return ranks, front
 
 
-def _sort_keys(objective: Objective) -> tuple[list[str], list[bool]]:
+def _sort_keys(objective: Objective, speed: str = "speedup") -> tuple[list[str], list[bool]]:
     if objective.kind == "accuracy":
-        return ["accuracy", "speedup"], [True, True]
+        return ["accuracy", speed], [True, True]
     if objective.column is not None:
-        return [objective.column, "speedup", "accuracy"], [False, True, True]
-    return ["speedup", "accuracy"], [True, True]
+        return [objective.column, speed, "accuracy"], [False, True, True]
+    return [speed, "accuracy"], [True, True]
 
 
 def _order(values: Mapping[str, np.ndarray], keys: list[str], desc: list[bool]) -> np.ndarray:

@@ -5,7 +5,8 @@ A space file (the built-in default is ``search/spaces/default.toml``, Bob's ques
     name = "nm-over-2:4"
     models = ["convnext_tiny", "swin_tiny"]    # shipped trace names or trace .json paths
     batches = [1]
-    fusion = "unfused"                          # as `dse evaluate --fusion`
+    fusion = "unfused"                          # as `dse evaluate --fusion`: also fused,
+                                                # fused_prefetched, rules:NAME (rules:inductor-cpu)
     scope = "gemm"                              # as `dse evaluate --scope`
 
     [accuracy]
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from accelerator_models import FIELDS, Accelerator, SpecError, derive, resolve_path, spec_fields
+from dse.roofline.evaluator import fusion_models
 from formats import FormatError
 from formats import parse as parse_format
 
@@ -66,7 +68,6 @@ TABLE = "table"
 
 _TOP_KEYS = {"name", "description", "models", "batches", "fusion", "scope", "accuracy",
              "formats", "hardware"}
-_FUSIONS = ("unfused", "fused", "fused_prefetched")
 _SCOPES = ("gemm", "all")
 
 
@@ -167,7 +168,8 @@ def parse_space(text: str, where: str, folder: Path | None = None) -> SearchSpac
     models = tuple(_relative(m, folder) if m.endswith(".json") else m
                    for m in _strings(raw["models"], where, "models"))
     batches = tuple(_batches(raw.get("batches", [1]), where))
-    fusion = _choice(raw.get("fusion", "unfused"), _FUSIONS, where, "fusion")
+    # Every fusion model `dse evaluate --fusion` takes, rules:NAME of a shipped table included.
+    fusion = _choice(raw.get("fusion", "unfused"), fusion_models(), where, "fusion")
     scope = _choice(raw.get("scope", "gemm"), _SCOPES, where, "scope")
     accuracy = _table(raw.get("accuracy", {}), where, "accuracy")
     _known(accuracy, {"table", "metric", "dataset"}, where, "accuracy.")

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dse.calibrate.predictor import load_predictors, shipped_predictors
 from dse.explore import EVALUATORS
 from dse.output import OutputError, write_atomic, write_table
 from dse.sim import SimConfig
@@ -86,6 +87,9 @@ class SearchRequest:
     simulation: SimConfig | None = None
     #: Seconds a lease on a chunk or trial this search's workers hold lasts without renewal.
     lease_s: float = LEASE_S
+    #: Kernel predictors (a shipped name, e.g. "h100-sxm", or a file from `dse calibrate
+    #: --out`): rank by the expected speedup of kernels as they exist, the bound's beside it.
+    calibrated: str | None = None
 
 
 @dataclass
@@ -150,9 +154,22 @@ def _evaluator_extra(request: SearchRequest) -> dict:
     if evaluator not in EVALUATORS:
         raise SearchError(f"--evaluator {evaluator}: use roofline or simulate")
     if evaluator == "roofline":
-        return {}
+        return _calibrated_extra(request.calibrated)
+    if request.calibrated is not None:
+        raise SearchError(f"--calibrated {request.calibrated} ranks by kernels priced one op at "
+                          "a time, --evaluator simulate by simulated latencies: give one of them")
     config = (request.simulation or SimConfig()).check()  # before the study exists
     return {"evaluator": "simulate", "simulation": config.to_dict()}
+
+
+def _calibrated_extra(calibrated: str | None) -> dict:
+    """``{"calibrated": NAME}`` for a shipped predictor set, the file's absolute path for one
+    written by `dse calibrate --out` (workers elsewhere read it there), after loading it."""
+    if calibrated is None:
+        return {}
+    load_predictors(calibrated)  # a bad name or file fails here, before the study exists
+    name = calibrated if calibrated in shipped_predictors() else str(Path(calibrated).resolve())
+    return {"calibrated": name}
 
 
 def _resolve_engine(settings: Settings, problem: Problem) -> Settings:
@@ -180,10 +197,17 @@ def _check_resume_options(request: SearchRequest, stored: Settings, study: str) 
                               f"with {getattr(stored, key)!r}; --resume keeps a study's "
                               "settings (start a new study to change them)")
     stored_evaluator = stored.extra.get("evaluator", "roofline")
+    stored_calibrated = stored.extra.get("calibrated")
+    if request.calibrated is not None and (
+            _calibrated_extra(request.calibrated).get("calibrated") != stored_calibrated):
+        raise SearchError(f"--calibrated {request.calibrated}: study {study!r} was created "
+                          + (f"with --calibrated {stored_calibrated}" if stored_calibrated
+                             else "without --calibrated")
+                          + "; --resume keeps it (start a new study to change it)")
     if request.evaluator is not None and (
             request.evaluator != stored_evaluator
-            or _evaluator_extra(request) != {k: v for k, v in stored.extra.items()
-                                             if k in ("evaluator", "simulation")}):
+            or _evaluator_extra(replace(request, calibrated=None)) != {
+                k: v for k, v in stored.extra.items() if k in ("evaluator", "simulation")}):
         raise SearchError(f"--evaluator {request.evaluator}: study {study!r} was created with "
                           f"the {stored_evaluator} evaluator and its settings; --resume keeps "
                           "them (start a new study to change them)")
@@ -535,7 +559,9 @@ def _run_worker(storage_url: str, study: str, index: int, progress: Progress, no
 
 _FIRST = ["model", "batch", "rank", "verdict", "role", "format", "family", "sparsity",
           "hardware", "hw_point"]
-_SECOND = ["speedup", "speedup_over_baseline", "baseline", "baseline_speedup", "accuracy",
+_SECOND = ["speedup", "expected_speedup", "speedup_over_baseline", "baseline", "baseline_speedup",
+           "bound_rank", "bound_speedup_over_baseline", "bound_meets_target", "fraction_of_sol",
+           "expected_latency_s", "accuracy",
            "accuracy_status", "baseline_accuracy", "accuracy_drop", "meets_speed",
            "meets_accuracy", "meets_target", "pareto", "trial", "trials", "latency_s",
            "dense_latency_s", "bound", "memory_bound_ops", "ops", "fits", "peak_memory_bytes",
@@ -565,7 +591,8 @@ def collect(problem: Problem, storage: Storage, study: str, out: Path,
         counts = opt.counts(storage, study)
     if frame.empty:
         raise SearchError(f"study {study} has no completed work yet; run a worker or --resume")
-    results = _order_columns(rank(frame, problem.objective), problem.knob_columns)
+    results = _order_columns(rank(frame, problem.objective, problem.speed),
+                             problem.knob_columns)
     # Every design in enumeration order; the ranked ones, best first per model and batch.
     ranks = results["rank"].to_numpy(dtype=np.float64, na_value=np.nan)
     hit = np.flatnonzero(~np.isnan(ranks))
@@ -599,6 +626,10 @@ def _write_summary(outcome: SearchOutcome, request: SearchRequest) -> None:
     s = problem.settings
     ranked = outcome.ranked
     best = ranked[ranked["rank"] == 1]
+    shown = [c for c in ("model", "batch", "format", "hardware", *problem.knob_columns,
+                         "speedup", "expected_speedup", "fraction_of_sol",
+                         "speedup_over_baseline", "accuracy", "accuracy_drop")
+             if c in best.columns]
     summary = {
         "study": outcome.study,
         "storage": outcome.storage,
@@ -611,12 +642,20 @@ def _write_summary(outcome: SearchOutcome, request: SearchRequest) -> None:
         "seed": s.seed,
         "work": outcome.counts,
         "seconds": round(outcome.seconds, 3),
-        "best": [{k: _plain(v) for k, v in row.items()} for row in best[
-            [c for c in ("model", "batch", "format", "hardware", *problem.knob_columns,
-                         "speedup", "speedup_over_baseline", "accuracy", "accuracy_drop")
-             if c in best.columns]].to_dict(orient="records")],
+        "best": [{k: _plain(v) for k, v in row.items()}
+                 for row in best[shown].to_dict(orient="records")],
         "files": [p.name for p in outcome.files],
     }
+    if problem.predictors is not None:
+        # The expectation ranks; the bound's best designs ride along for comparison.
+        results = outcome.results
+        by_bound = results[results["bound_rank"] == 1]
+        summary["ranked_by"] = ("expected_speedup: kernels as measured on "
+                                f"{problem.predictors.name}, one op at a time (unfused); an "
+                                "expectation, not a bound")
+        summary["calibrated"] = s.extra["calibrated"]
+        summary["best_by_bound"] = [{k: _plain(v) for k, v in row.items()}
+                                    for row in by_bound[shown].to_dict(orient="records")]
     path = outcome.out / "summary.json"
     text = json.dumps(summary, indent=1, allow_nan=False, default=str) + "\n"
     write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))

@@ -90,6 +90,15 @@ def add_parsers(commands) -> None:
     sp.add_argument("--report", type=Path, metavar="DIR",
                     help="also write a report folder: the Pareto front and the target results")
     add_evaluator_options(sp, workers=False)
+    sp.add_argument("--calibrated", metavar="DEVICE",
+                    help="rank by the expected speedup (kernels as they exist, one op at a time) "
+                         "from the kernel predictors of DEVICE (shipped: h100-sxm, "
+                         "cpu-amd-epyc-2c; or a file written by dse calibrate --out) instead of "
+                         "the bound's: the target and the objective use expected_speedup, and "
+                         "where the bound ranks another design first both are printed. Adds "
+                         "expected_latency_s, expected_speedup and fraction_of_sol to the "
+                         "results. Hardware points other than DEVICE keep its fraction of the "
+                         "speed of light. Both engines; not with --evaluator simulate")
     sp.add_argument("--chunk-points", type=positive_int, metavar="N",
                     help=argparse.SUPPRESS)  # work-unit size, for tests and benchmarks
     sp.add_argument("--lease-seconds", type=_positive_float, metavar="S",
@@ -159,7 +168,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         results_format=args.results_format, top=args.top, chunk_points=args.chunk_points,
         evaluator=args.evaluator,
         simulation=sim_config_from_args(args) if args.evaluator == "simulate" else None,
-        lease_s=args.lease_seconds or LEASE_S)
+        lease_s=args.lease_seconds or LEASE_S, calibrated=args.calibrated)
     outcome = run_search(request, notify=lambda line: print(line, file=sys.stderr),
                          progress=StatusLine("search"))
     print(report(outcome, args.top))
@@ -202,6 +211,8 @@ def report(outcome, top: int) -> str:
         lines.append(f"latencies and speedups from the event-level simulator (buffer {buffer}, "
                      f"depth {c.depth}, overlap {c.overlap}); the roofline's are in the "
                      "results as roofline_latency_s and roofline_speedup")
+    if problem.predictors is not None:
+        lines.extend(_calibration_lines(results, problem))
     # Masks over the full results (possibly millions of rows): numpy on categorical codes.
     models = [t.model for t in problem.traces]
     model_code = pd.Categorical(results["model"], categories=models).codes
@@ -218,9 +229,11 @@ def report(outcome, top: int) -> str:
             lines.append(f"{model}, batch {b}: {int((here & candidate).sum()):,} candidate "
                          "designs")
             if target is not None:
-                lines.extend(_baseline_line(results, here, formats, target))
+                lines.extend(_baseline_line(results, here, formats, target, problem.speed))
             group = ranked[(ranked["model"] == model) & (ranked["batch"] == b)]
             lines.extend(_ranked_lines(group, problem, top))
+            if problem.predictors is not None:
+                lines.extend(_two_answers(results, here, problem))
             if target is not None:
                 lines.extend(_misses(here & candidate & ~results["meets_target"].to_numpy(
                     dtype=bool), formats, verdicts))
@@ -237,12 +250,14 @@ def candidate_rows(results: pd.DataFrame) -> np.ndarray:
     return (results["role"] == "candidate").to_numpy()
 
 
-def _baseline_line(results, here, formats, target) -> list[str]:
+def _baseline_line(results, here, formats, target, speed: str = "speedup") -> list[str]:
     rows = np.flatnonzero(here & (formats == target.baseline.name))
     if len(rows) == 0:
         return []
     b = results.iloc[rows[0]]
-    return [f"  baseline {target.baseline.name}: speedup {b['speedup']:.3f}x over dense, "
+    said = (f"speedup {b['speedup']:.3f}x over dense" if speed == "speedup" else
+            f"expected speedup {b[speed]:.3f}x over dense (bound {b['speedup']:.3f}x)")
+    return [f"  baseline {target.baseline.name}: {said}, "
             f"accuracy {_fmt(b['accuracy'], '.2f')} ({b['accuracy_status']})"
             + (f" at hardware point {b['hw_point']} (it varies with the hardware)"
                if len(rows) > 1
@@ -262,6 +277,11 @@ def _ranked_lines(group: pd.DataFrame, problem, top: int) -> list[str]:
         **{k[3:]: shown_rows[k] for k in problem.knob_columns},
         "speedup": shown_rows["speedup"].map(lambda v: f"{v:.3f}"),
     })
+    if problem.speed != "speedup":  # calibrated: the expectation ranks, the bound beside it
+        shown.insert(shown.columns.get_loc("speedup"), "exp. speedup",
+                     shown_rows["expected_speedup"].map(lambda v: f"{v:.3f}"))
+        shown = shown.rename(columns={"speedup": "bound speedup"})
+        shown["frac of SOL"] = shown_rows["fraction_of_sol"].map(lambda v: _fmt(v, ".3f"))
     if target is not None:
         shown[f"x {target.baseline.name}"] = shown_rows["speedup_over_baseline"].map(
             lambda v: f"{v:.3f}")
@@ -285,12 +305,77 @@ def _ranked_lines(group: pd.DataFrame, problem, top: int) -> list[str]:
                           zip(shown_rows["memory_bound_ops"], shown_rows["ops"], strict=True)]
     if (shown_rows["hw_fallback"].astype(str) != "").any():
         shown["hw fallback"] = shown_rows["hw_fallback"].astype(str)
-    title = ("on the Pareto front of speedup and accuracy"
+    speed = "speedup" if problem.speed == "speedup" else "expected speedup"
+    title = (f"on the Pareto front of {speed} and accuracy"
              + (" among those that meet the target" if target is not None else "")
              if problem.objective.kind == "pareto"
              else "meet the target" if target is not None else "ranked")
     head = f"  {len(group):,} {title}" + (f"; top {top}:" if len(group) > top else ":")
     return [head] + ["  " + line for line in shown.to_string(index=False).splitlines()]
+
+
+def _calibration_lines(results: pd.DataFrame, problem) -> list[str]:
+    """What the expectation is, the predictors that priced the designs' ops with their
+    held-out errors, and every op family priced without its own data."""
+    predictors = problem.predictors
+    lines = [f"ranked by the expected speedup: kernels as measured on {predictors.name} "
+             f"(reference {predictors.reference_hw}), one op at a time (unfused) whatever the "
+             "space's fusion; an expectation, not a bound (the bound's speedup is `speedup`, "
+             "its answer bound_rank)"]
+    used = sorted({p for cell in pd.unique(results["predictors"].astype(object))
+                   for p in str(cell).split("; ") if p})
+    errors = []
+    for name in used:
+        parts = name.split(":")
+        family = predictors.families.get(parts[1]) if len(parts) == 3 else None
+        rmspe = family.validated.get("rmspe") if family is not None else None
+        if rmspe is not None:
+            errors.append(f"{name} (held-out RMSPE {rmspe:.0%})")
+        elif name.endswith(":whole-model-fit"):
+            errors.append(f"{name} (no kernel data: constants fitted on measured whole models)")
+        else:
+            errors.append(f"{name} (no kernel data: the bound plus the launch floor)")
+    lines.append("  predictors: " + ", ".join(errors))
+    notes = sorted({n for cell in pd.unique(results["calibration"].astype(object))
+                    for n in str(cell).split("; ") if n})
+    lines += [f"  note: {n}" for n in notes]
+    return lines
+
+
+def _two_answers(results: pd.DataFrame, here: np.ndarray, problem) -> list[str]:
+    """The best design by the expectation beside the best by the bound (one model and batch),
+    each with both speedups, when the two differ."""
+    def best(column: str) -> int | None:
+        ranks = results[column].to_numpy(dtype=np.float64, na_value=np.nan)
+        rows = np.flatnonzero(here & (ranks == 1))
+        return int(rows[0]) if len(rows) else None
+
+    expected, bound = best("rank"), best("bound_rank")
+    what = ("meets the target" if problem.target is not None else "is ranked")
+    if expected == bound:
+        if bound is None:
+            return [f"  by the bound too, no design {what}"]
+        return ["  the bound ranks the same design first"]
+    picks = [(label, row) for label, row in (("by expected", expected), ("by bound", bound))
+             if row is not None]
+    rows = results.iloc[[row for _, row in picks]]
+    shown = pd.DataFrame({
+        "best": [label for label, _ in picks],
+        "format": rows["format"].astype(str).to_numpy(),
+        **({"hardware": rows["hardware"].astype(str).to_numpy()}
+           if len(problem.space.hardware) > 1 else {}),
+        **{k[3:]: rows[k].to_numpy() for k in problem.knob_columns},
+        "exp. speedup": [f"{v:.3f}" for v in rows["expected_speedup"]],
+        "bound speedup": [f"{v:.3f}" for v in rows["speedup"]],
+        "frac of SOL": [_fmt(v, ".3f") for v in rows["fraction_of_sol"]],
+        "accuracy": [_fmt(v, ".2f") for v in rows["accuracy"]],
+    })
+    head = "  the bound ranks another design first; both answers:"
+    if expected is None:
+        head = f"  by the expectation no design {what}; by the bound:"
+    elif bound is None:
+        head = f"  by the bound no design {what}; by the expectation:"
+    return [head] + ["    " + line for line in shown.to_string(index=False).splitlines()]
 
 
 def _misses(missed: np.ndarray, formats: pd.Categorical, verdicts: pd.Categorical) -> list[str]:

@@ -8,8 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from formats import parse as parse_format
+
+from ..calibrate.expected import expected_layers, op_configs
+from ..calibrate.predictor import load_predictors
 from ..output import format_seconds, write_table
-from ..sim import simulate
+from ..roofline import evaluate_layers
+from ..sim import SimulationError, simulate
 from .evaluate import fallback_summary
 from .options import (
     Default,
@@ -48,6 +53,14 @@ def add_parsers(commands) -> None:
                     help="every busy interval .csv/.parquet/.json (written atomically)")
     sp.add_argument("--report", type=Path, metavar="DIR",
                     help="a report folder: Gantt chart, utilization over time, gap by cause")
+    sp.add_argument("--calibrated", metavar="DEVICE",
+                    help="run each op at the kernel time the predictors of DEVICE expect "
+                         "(shipped: h100-sxm, cpu-amd-epyc-2c; or a file written by dse "
+                         "calibrate --out) instead of at peak: its compute is stretched so that "
+                         "launch plus compute takes the predicted time (never shortened); "
+                         "traffic and tiles stay. The latency is then an expectation, not a "
+                         "bound; prints which predictor priced each op family. Kernels are "
+                         "predicted one op at a time, so --fusion must be unfused")
     sp.set_defaults(run=_cmd_simulate)
 
 
@@ -56,8 +69,24 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out), ("--timeline", args.timeline)],
                   folders=[("--report", args.report)])
     d = design_from_args(args)
+    priced, predictors = None, None
+    if args.calibrated is not None:
+        if d.fusions[0] != "unfused":
+            raise SimulationError(f"--calibrated with --fusion {d.fusions[0]}: kernel predictors "
+                                  "price kernels one op at a time; use --fusion unfused (the "
+                                  "default)")
+        predictors = load_predictors(args.calibrated)
+        layers = evaluate_layers(d.trace, d.accelerator, d.formats[0], d.batches[0],
+                                 fusion="unfused", scope=d.scope, numerics=d.numerics)
+        layers = layers[layers["format"] == parse_format(d.formats[0]).name]  # not dense's
+        priced = expected_layers(layers.reset_index(drop=True), d.trace, predictors)
+        priced["family"] = op_configs(layers, d.trace)["key"].to_numpy()
     result = simulate(d.trace, d.accelerator, d.formats[0], d.batches[0], d.fusions[0],
-                      d.scope, config, d.numerics, progress=StatusLine("simulated", "ops"))
+                      d.scope, config, d.numerics, progress=StatusLine("simulated", "ops"),
+                      op_time_s=None if priced is None else dict(zip(
+                          priced["op"], priced["expected_s"], strict=True)))
+    if priced is not None:
+        print(_calibration_note(priced, predictors, result))
     _print_result(result, args.top)
     if args.out is not None:
         write_table(result.ops, args.out)
@@ -100,6 +129,32 @@ def _fallback_line(result) -> str:
             f"{result.design['format']}")
 
 
+def _calibration_note(priced: pd.DataFrame, predictors, result) -> str:
+    """What the calibrated simulation is, and which predictor priced each op family (op kinds
+    and formats' kernels) with its held-out error and how ops without data were priced."""
+    lines = [f"calibrated: each op runs at the kernel time the {predictors.name} predictors "
+             f"expect (kernels measured one op at a time on {predictors.name}, reference "
+             f"{predictors.reference_hw}) instead of at peak; the latency below is an "
+             f"expectation, not a bound. Sum of the predicted kernel times: "
+             f"{format_seconds(float(priced['expected_s'].sum()))} (as dse evaluate "
+             "--calibrated); the simulation adds what overlap, tiles and launches change."]
+    used = priced[priced["expected_s"] > 0]
+    for (family, name), group in used.groupby(["family", "predictor"], sort=True):
+        kinds = ", ".join(sorted(group["kind"].unique()))
+        rmspe = group["validated_rmspe"].iloc[0]
+        if name.endswith(":whole-model-fit"):
+            err = "no kernel data: constants fitted on measured whole models"
+        elif pd.isna(rmspe):
+            err = "no kernel data: the bound plus the launch floor"
+        else:
+            err = f"held-out RMSPE {rmspe:.0%}"
+        lines.append(f"  {family}: {len(group)} ops ({kinds}) priced by {name}, {err}; "
+                     f"{format_seconds(float(group['expected_s'].sum()))} predicted")
+    notes = sorted({n for note in used["calibration"] for n in note.split("; ") if n})
+    lines += [f"  note: {n}" for n in notes]
+    return "\n".join(lines)
+
+
 def _print_result(result, top: int) -> None:
     d = result.design
     s = result.summary()
@@ -114,10 +169,13 @@ def _print_result(result, top: int) -> None:
           + (f", prefetch depth {config.prefetch_depth}" if d["fusion"] == "fused_prefetched"
              else ""))
     share = 100.0 * s["gap_share"] if abs(s["gap_share"]) >= 1e-9 else 0.0
-    print(f"latency {format_seconds(s['latency_s'])}, roofline "
+    kernel = (f", kernels below peak {_clean(s['gap_kernel_s'], scale)}"
+              if "gap_kernel_s" in s else "")
+    print(f"{'expected latency' if result.kernel_times else 'latency'} "
+          f"{format_seconds(s['latency_s'])}, roofline "
           f"{format_seconds(s['roofline_latency_s'])}, gap {_clean(s['gap_s'], scale)} "
           f"({share:.1f}% of the latency): launch {_clean(s['gap_launch_s'], scale)}, "
-          f"buffer-bound {_clean(s['gap_buffer_s'], scale)}, fill/drain "
+          f"buffer-bound {_clean(s['gap_buffer_s'], scale)}{kernel}, fill/drain "
           f"{_clean(s['gap_fill_drain_s'], scale)}")
     print(f"{s['kernels']} kernels, {s['tiles']} tiles, DRAM {_bytes(s['dram_bytes'])} "
           f"(roofline {_bytes(s['roofline_dram_bytes'])})")

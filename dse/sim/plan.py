@@ -35,10 +35,15 @@ Planning is pure numpy and fixes every quantity the SimPy model then plays out i
 
 With an unlimited buffer every op is one tile, every intermediate stays on chip and the traffic
 is exactly the roofline's, which is how the simulator reproduces it.
+
+**Kernel times** (:func:`at_kernel_times`, ``dse simulate --calibrated``): instead of running
+at peak, each op may run at a given kernel time (a predicted one, from measured kernels): its
+compute is stretched, never shrunk, so that its launch overhead plus its compute takes that time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -69,7 +74,8 @@ from ..roofline.pricing import (
     spilled_share,
 )
 
-__all__ = ["MIN_ELEMS", "MIN_TILE", "Plan", "PlanError", "Work", "plan", "work"]
+__all__ = ["MIN_ELEMS", "MIN_TILE", "Plan", "PlanError", "Work", "at_kernel_times", "plan",
+           "work"]
 
 #: Op kinds a fused kernel applies to a tile of its producer's output as it leaves (epilogue).
 EPILOGUE_KINDS = ("activation", "elementwise")
@@ -412,3 +418,37 @@ def plan(work: Work, buffer_bytes: float, depth: int, launch_overhead_s: float,
                 buffer_bytes=float(buffer_bytes), depth=int(depth),
                 launch_overhead_s=float(launch_overhead_s))
 
+
+def at_kernel_times(p: Plan, seconds: np.ndarray) -> Plan:
+    """``p`` with each simulated op running at its kernel time ``seconds[j]`` (per trace op;
+    NaN: at peak, as planned) instead of at the speed of light.
+
+    The choice: the compute of the op's tiles (tensor-unit and vector work alike, so that the
+    two stay side by side) is stretched by one factor so that the op's launch overhead (what
+    the plan charges it: 0 inside a fused kernel) plus its compute equals ``seconds[j]``; a
+    kernel time below that leaves the op as planned (stretched, never shrunk: the simulator
+    never beats the roofline). An op without compute work gets the time on the vector cores.
+    Traffic, tiles and residency stay as planned and DRAM runs at its full bandwidth when it
+    runs, so a slow kernel holds its compute units while its loads and stores still overlap
+    them as the overlap model says. Under full overlap, an unlimited buffer and no launch
+    overhead, each op then takes ``max(seconds[j], its roofline time)``: the sum is the
+    unfused expectation wherever kernels are no faster than their bound."""
+    w = p.work
+    seconds = np.asarray(seconds, dtype=np.float64)
+    if seconds.shape != (len(w.trace.ops),):
+        raise PlanError(f"kernel times: {seconds.shape[0] if seconds.ndim else 0} values for "
+                        f"{len(w.trace.ops)} ops; give one per op of the trace")
+    given = ~np.isnan(seconds[p.ops])
+    if np.any(seconds[p.ops][given] < 0) or not np.all(np.isfinite(seconds[p.ops][given])):
+        raise PlanError("kernel times must be finite numbers of seconds >= 0")
+    launch = np.where(p.kernel_start, p.launch_overhead_s, 0.0)
+    target = np.where(given, np.maximum(seconds[p.ops] - launch, 0.0), 0.0)
+    tensor, vector = w.tensor_s.copy(), w.vector_s.copy()
+    compute = np.maximum(tensor[p.ops], vector[p.ops])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(compute > 0, np.maximum(target / compute, 1.0), 1.0)
+    tensor[p.ops] *= factor
+    vector[p.ops] *= factor
+    idle = p.ops[(compute <= 0) & (target > 0)]
+    vector[idle] = target[(compute <= 0) & (target > 0)]
+    return dataclasses.replace(p, work=dataclasses.replace(w, tensor_s=tensor, vector_s=vector))

@@ -20,6 +20,14 @@ hardware spec, or ``buffer_bytes`` (``math.inf``: unlimited); ``depth`` buffer s
 buffering); the launch overhead is the spec's ``kernel_launch_overhead_s``, else
 :data:`DEFAULT_LAUNCH_OVERHEAD_S`; ``overlap`` ``pipelined`` or ``full`` (the roofline's
 assumption); ``prefetch_depth`` ops ahead whose weights load early under ``fused_prefetched``.
+
+``op_time_s`` (op name -> seconds) runs those ops at the given kernel times instead of at peak
+(:func:`dse.sim.plan.at_kernel_times`: each op's compute is stretched so that its launch plus
+its compute takes that time). ``dse simulate --calibrated`` passes the times kernel predictors
+expect (:mod:`dse.calibrate`, a layer above this one, so the times come in as plain numbers);
+the result is then an expectation, not a bound. ``ops`` gains ``kernel_time_s`` (the given
+time) and ``kernel_s`` (the part of the gap the slower kernels add), the summary
+``gap_kernel_s``.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from workloads import Trace, load_trace
 from ..roofline.evaluator import DEFAULT_NUMERICS, evaluate, evaluate_layers
 from ..roofline.numerics import Numerics
 from .engine import OVERLAPS, PHASES, RESOURCES, EventLog, run
-from .plan import Plan, PlanError, Work, plan, work
+from .plan import Plan, PlanError, Work, at_kernel_times, plan, work
 
 __all__ = [
     "BUFFERS",
@@ -148,6 +156,8 @@ class Simulation:
     #: The roofline's fallback fields of the design: ``shape_fallback_ops``, ``hw_fallback``
     #: ('', 'dense' or 'csr') and ``hw_fallback_ops``, as ``dse.evaluate`` gives them.
     fallbacks: dict = field(default_factory=dict)
+    #: Whether ops ran at given kernel times (``op_time_s``) rather than at peak.
+    kernel_times: bool = False
 
     @property
     def latency_s(self) -> float:
@@ -167,11 +177,12 @@ class Simulation:
     def summary(self) -> dict:
         """One row of figures for tables and sweeps."""
         gap = self.latency_s - self.roofline_latency_s
-        causes = {c: float(self.ops[f"{c}_s"].sum()) for c in ("launch", "buffer")}
+        causes = {c: float(self.ops[f"{c}_s"].sum()) for c in ("launch", "buffer", "kernel")
+                  if f"{c}_s" in self.ops}
         # The rest of the total gap; per op it is the ops' own fill/drain, but under
         # fused_prefetched the total roofline is one max over the graph, below the sum of the
         # ops' own, and what prefetching gains shows here.
-        causes["fill_drain"] = gap - causes["launch"] - causes["buffer"]
+        causes["fill_drain"] = gap - sum(causes.values())
         return {
             **self.design,
             "latency_s": self.latency_s,
@@ -220,9 +231,12 @@ def simulate(
     config: SimConfig | None = None,
     numerics: Numerics = DEFAULT_NUMERICS,
     progress: Callable[[int, int], None] | None = None,
+    op_time_s: Mapping[str, float] | None = None,
 ) -> Simulation:
     """Simulate one design; see the module docstring for what comes back. ``progress(done,
-    total)`` hears of every op finished (for a status line on long runs)."""
+    total)`` hears of every op finished (for a status line on long runs). ``op_time_s``: op
+    name -> kernel time (s) to run those ops at instead of at peak (ops not named run at
+    peak)."""
     config = (config or SimConfig()).check()
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
     acc = hardware if isinstance(hardware, Accelerator) else accelerator_models.load(hardware)
@@ -237,7 +251,14 @@ def simulate(
         p = plan(w, buffer_bytes, config.depth, launch, config.prefetch_depth)
     except PlanError as exc:
         raise SimulationError(str(exc)) from None
-    log = run(p, config.overlap, config.prefetch_depth, progress)
+    timed, seconds = None, None
+    if op_time_s is not None:
+        seconds = _kernel_times(trace, op_time_s)
+        try:
+            timed = at_kernel_times(p, seconds)
+        except PlanError as exc:
+            raise SimulationError(str(exc)) from None
+    log = run(timed if timed is not None else p, config.overlap, config.prefetch_depth, progress)
     wall = time.perf_counter() - started
     design = {"model": trace.model, "hardware": acc.name, "format": w.format.name,
               "batch": int(batch), "fusion": fusion, "scope": scope}
@@ -248,7 +269,7 @@ def simulate(
     fallbacks = {"shape_fallback_ops": int(row["shape_fallback_ops"]),
                  "hw_fallback": str(row["hw_fallback"]),
                  "hw_fallback_ops": int(row["hw_fallback_ops"])}
-    ops = _ops_frame(p, log, design)
+    ops = _ops_frame(p, log, design, timed, seconds)
     # Each op's fallback ('', 'shape', 'hw:dense', 'hw:csr'), as evaluate_layers labels it.
     layers = evaluate_layers(trace, acc, w.format, int(batch), fusion=fusion, scope=scope,
                              numerics=numerics)
@@ -260,7 +281,24 @@ def simulate(
     return Simulation(design=design, config=config, buffer_bytes=buffer_bytes,
                       launch_overhead_s=launch, ops=ops, timeline=timeline,
                       utilization=utilization, roofline_latency_s=roofline, events=log.events,
-                      wall_s=wall, fallbacks=fallbacks)
+                      wall_s=wall, fallbacks=fallbacks, kernel_times=timed is not None)
+
+
+def _kernel_times(trace: Trace, op_time_s: Mapping[str, float]) -> np.ndarray:
+    """Per op of ``trace``, its kernel time from ``op_time_s`` (NaN where not given)."""
+    index = {name: i for i, name in enumerate(trace.ops["name"])}
+    unknown = [name for name in op_time_s if name not in index]
+    if unknown:
+        raise SimulationError(f"kernel times: {unknown[0]!r} is not an op of {trace.model} "
+                              f"({len(unknown)} unknown); give times by the trace's op names")
+    seconds = np.full(len(index), np.nan)
+    for name, value in op_time_s.items():
+        try:
+            seconds[index[name]] = float(value)
+        except (TypeError, ValueError):
+            raise SimulationError(f"kernel time of op {name!r}: {value!r} is not a number of "
+                                  "seconds") from None
+    return seconds
 
 
 def roofline_memory_bytes(w: Work) -> np.ndarray:
@@ -274,7 +312,11 @@ def roofline_memory_bytes(w: Work) -> np.ndarray:
     return w.weight_bytes + features
 
 
-def _ops_frame(p: Plan, log: EventLog, design: dict) -> pd.DataFrame:
+def _ops_frame(p: Plan, log: EventLog, design: dict, timed: Plan | None = None,
+               seconds: np.ndarray | None = None) -> pd.DataFrame:
+    """One row per simulated op; ``timed``: the plan as run at the kernel times ``seconds``
+    (per trace op), which adds the ``kernel`` cause (how much longer the op's own time is at
+    its kernel time than at peak) and the times themselves."""
     w = p.work
     ops = w.trace.ops
     j = p.ops
@@ -283,14 +325,17 @@ def _ops_frame(p: Plan, log: EventLog, design: dict) -> pd.DataFrame:
     roofline = np.maximum(compute, roof_bytes * w.inv_bw)
     sim_bytes = p.load_bytes + p.store_bytes
     at_sim_traffic = np.maximum(compute, sim_bytes * w.inv_bw)
+    at_kernel_time = (at_sim_traffic if timed is None
+                      else np.maximum(timed.work.compute_s[j], sim_bytes * w.inv_bw))
     previous_end = np.concatenate([[0.0], log.op_end[:-1]])
     latency = log.op_end - previous_end
     launch = log.op_launch
     buffer = at_sim_traffic - roofline
-    fill_drain = latency - launch - at_sim_traffic
+    kernel = at_kernel_time - at_sim_traffic
+    fill_drain = latency - launch - at_kernel_time
     gap = latency - roofline
-    causes = np.stack([launch, buffer, fill_drain], axis=1)
-    names = np.array(["launch", "buffer-bound", "fill/drain"], dtype=object)
+    causes = np.stack([launch, buffer, kernel, fill_drain], axis=1)
+    names = np.array(["launch", "buffer-bound", "kernel", "fill/drain"], dtype=object)
     tolerance = 1e-9 * np.maximum(roofline, 1e-12)
     why = np.where((gap > tolerance) & (causes.max(axis=1) > tolerance),
                    names[np.argmax(causes, axis=1)], "")
@@ -319,6 +364,9 @@ def _ops_frame(p: Plan, log: EventLog, design: dict) -> pd.DataFrame:
         "resident_output": p.resident_output,
         "tile_bytes": p.footprint,
     })
+    if timed is not None:
+        frame.insert(frame.columns.get_loc("fill_drain_s"), "kernel_s", kernel)
+        frame["kernel_time_s"] = seconds[j]
     return _with_design(frame, design)
 
 
