@@ -28,8 +28,8 @@ import pandas as pd
 from .features import feature_matrix
 
 __all__ = ["CalibrationError", "DevicePredictors", "FamilyPredictor", "Trees", "fit_family",
-           "fit_physical", "load_predictors", "save_predictors", "shipped_predictors",
-           "MODELS_DIR"]
+           "fit_physical", "load_predictors", "reference_hardware", "save_predictors",
+           "shipped_predictors", "MODELS_DIR"]
 
 MODELS_DIR = Path(__file__).parent / "models"
 FORMAT_VERSION = "dse-kernel-predictors/1"
@@ -219,6 +219,31 @@ def save_predictors(predictors: DevicePredictors, path: str | Path) -> None:
 def shipped_predictors() -> list[str]:
     """Names of the predictors shipped with dse (one per shipped dataset)."""
     return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
+
+
+def reference_hardware(predictors: DevicePredictors, sources: list[str]):
+    """The spec the predictors' fractions refer to: a catalog name, or a probed spec (a CPU's
+    ``host``) from the ``probe_spec_toml`` a dataset's provenance keeps."""
+    import tempfile
+
+    import accelerator_models
+
+    from ..measure.dataset import provenance
+
+    try:
+        return accelerator_models.load(predictors.reference_hw)
+    except Exception:  # not a catalog name: look for the probed spec in the provenance
+        pass
+    for source in sources:
+        text = provenance(source).get("probe_spec_toml")
+        if text:
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / f"{predictors.reference_hw}.toml"
+                path.write_text(text, encoding="utf-8")
+                return accelerator_models.load(str(path))
+    raise CalibrationError(f"{predictors.name}: the predictors refer to the spec "
+                           f"{predictors.reference_hw!r}, which is no catalog name, and no "
+                           "dataset keeps its probe (probe_spec_toml in the dataset's .json)")
 
 
 def load_predictors(path_or_name: str | Path) -> DevicePredictors:

@@ -24,6 +24,11 @@ def _ints(text: str) -> list[int]:
                                          "e.g. 1,2,4") from None
 
 
+#: The traces whose layers `dse bench spmv-blocks` prunes: convolutions, MLPs and attention.
+DEFAULT_BLOCK_MODELS = ("convnext_tiny", "resnet50", "vit_base_patch16_224", "swin_tiny",
+                        "efficientnet_b4", "mixer_s16")
+
+
 def add_parsers(commands) -> None:
     bench = commands.add_parser("bench", help="benchmarks of real kernels on this machine",
                                 description="Benchmarks of real kernels on the machine at hand "
@@ -57,6 +62,35 @@ def add_parsers(commands) -> None:
                          "(default 64)")
     sp.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     sp.set_defaults(run=_cmd_spmv)
+
+    bl = benches.add_parser(
+        "spmv-blocks", help="per-block SpMV times, the data of the blockwise SpMV estimator",
+        description="Time CSR SpMV on BeBOP's synthetic matrices and on pruned weight "
+                    "matrices of shipped traces (per-layer and global magnitude, N:M and block "
+                    "masks on synthetic weights with log-normal row and column scales), with "
+                    "the cycle counter read every 250 nonzeros, so each block's time is "
+                    "measured inside the whole product. Matrices run in a seeded random order "
+                    "until --budget is spent. Writes one Parquet row per measured block (a "
+                    "sample of each matrix's blocks) with its matrix's description (enough to "
+                    "rebuild it), the plain kernel's time and the instrumented total; "
+                    "FILE.json beside it records the host and the command. Train the "
+                    "estimator on it with dse calibrate --estimator spmv-cnn.")
+    bl.add_argument("--budget", default="5m", metavar="DURATION",
+                    help="time for the measurements, e.g. 90s, 5m (default 5m)")
+    bl.add_argument("--out", type=Path, default=Path("spmv-blocks.parquet"), metavar="FILE",
+                    help="dataset to write, .parquet (default spmv-blocks.parquet)")
+    bl.add_argument("--max-dim", type=int, default=2**17, metavar="N",
+                    help="largest BeBOP matrix dimension (default 131072: 4.7 M nonzeros, "
+                         "past a 32 MiB last-level cache)")
+    bl.add_argument("--models", default=",".join(DEFAULT_BLOCK_MODELS), metavar="NAME,...",
+                    help="shipped traces whose layers give the pruned weight matrices "
+                         f"(default {','.join(DEFAULT_BLOCK_MODELS)})")
+    bl.add_argument("--repeats", type=int, default=9, metavar="R",
+                    help="timed products per matrix, each kernel (default 9; medians kept)")
+    bl.add_argument("--sample", type=int, default=256, metavar="B",
+                    help="blocks kept per matrix, spread evenly (default 256)")
+    bl.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    bl.set_defaults(run=_cmd_spmv_blocks)
 
 
 #: Seconds of the budget kept for what follows the run: the Parquet file, the report's charts
@@ -151,3 +185,58 @@ def _dropped(dropped) -> str:
         key, _, value = what.partition("=")
         groups.setdefault(key, []).append(value)
     return "; ".join(f"{key} {', '.join(values)}" for key, values in groups.items())
+
+
+def _cmd_spmv_blocks(args: argparse.Namespace) -> int:
+    import json
+
+    import workloads
+
+    from ..measure.host import cpu_model, fingerprint
+    from ..measure.spmv_bench import parse_duration
+    from ..measure.spmv_blocks import pruned_specs, run_block_benchmark, synthetic_specs
+    from ..output import check_output_path
+
+    budget = parse_duration(args.budget)
+    check_output_path(args.out, option="--out", suffixes=(".parquet",))
+    for name, value, low in (("--repeats", args.repeats, 3), ("--sample", args.sample, 1),
+                             ("--max-dim", args.max_dim, 512)):
+        if value < low:
+            raise BenchError(f"{name} {value}: give at least {low}")
+    traces = [workloads.load_trace(name.strip()) for name in args.models.split(",")
+              if name.strip()]
+    specs = [*synthetic_specs(args.max_dim, args.seed), *pruned_specs(traces, args.seed)]
+    print(f"{len(specs)} matrices to measure within {budget:.0f} s (random order)", flush=True)
+    meter = StatusLine("measured", "matrices")
+    data = run_block_benchmark(specs, budget, repeats=args.repeats, sample=args.sample,
+                               seed=args.seed, progress=meter)
+    frame = data.frame()
+
+    def write(handle) -> None:
+        buffer = io.BytesIO()
+        frame.to_parquet(buffer, index=False)
+        handle.write(buffer.getvalue())
+
+    sidecar = args.out.with_suffix(".json")
+    provenance = {
+        "command": args.command_line, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "host": f"{cpu_model()} ({platform.machine()})", "fingerprint": fingerprint(),
+        "matrices": int(len(data.matrices)), "skipped": int(data.skipped),
+        "blocks": int(len(data.blocks)), "block_nnz": 250, "repeats": args.repeats,
+        "tsc_hz": float(data.matrices["tsc_hz"].median()),
+        "instrumented_over_plain": float((data.matrices["instrumented_s"]
+                                          / data.matrices["spmv_s"]).median()),
+        "reference_p90_over_p10": float(data.matrices["reference_s"].quantile(0.9)
+                                        / data.matrices["reference_s"].quantile(0.1)),
+    }
+    write_atomic(args.out, write)
+    write_atomic(sidecar, lambda h: h.write((json.dumps(provenance, indent=1) + "\n").encode()))
+    by_source = data.matrices.groupby("source").size().to_dict()
+    sources = ", ".join(f"{v} {k}" for k, v in by_source.items())
+    print(f"measured {len(data.matrices)} matrices ({sources}), "
+          f"{data.skipped} left when the budget ran out; the instrumented kernel takes "
+          f"{provenance['instrumented_over_plain']:.2f}x the plain one (median); the machine's "
+          f"speed (a reference product around every matrix) varied "
+          f"{provenance['reference_p90_over_p10']:.2f}x (p90 / p10)")
+    print(f"wrote {args.out} ({len(frame)} blocks) and {sidecar}")
+    return 0

@@ -1,0 +1,161 @@
+"""`dse calibrate --estimator spmv-cnn`: train and validate the blockwise SpMV estimator on
+per-block timings written by `dse bench spmv-blocks`."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from ..calibrate.predictor import CalibrationError, load_predictors, reference_hardware
+from ..calibrate.spmv_cnn import (
+    BLOCKS_PER_MATRIX,
+    EPOCHS,
+    SEED_RANGE,
+    block_inputs,
+    cross_validate,
+    csr_predictor_times,
+    error_summary,
+    spmv_cnn_json,
+    train_spmv_cnn,
+)
+from ..measure.rapl import POWERCAP, available
+from ..measure.spmv_blocks import load_block_dataset, shipped_block_datasets
+from ..output import check_output_path, write_atomic
+from .progress import StatusLine
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--estimator", choices=("kernels", "spmv-cnn"), default="kernels",
+                        help="kernels: the per-family kernel predictors (default); spmv-cnn: "
+                             "the blockwise SpMV estimator, a 1D CNN over blocks of 250 "
+                             "nonzeros, on datasets of dse bench spmv-blocks (shipped: "
+                             f"{', '.join(shipped_block_datasets()) or 'none'}); needs torch")
+    parser.add_argument("--epochs", type=int, default=EPOCHS, metavar="E",
+                        help=f"spmv-cnn training epochs (default {EPOCHS})")
+    parser.add_argument("--folds", type=int, default=5, metavar="F",
+                        help="spmv-cnn --validate folds, whole matrices left out (default 5)")
+
+
+def _row(label: str, summary: dict) -> dict:
+    return {"": label, "n": summary["n"], "median |err|": f"{summary['median']:.1%}",
+            "mean": f"{summary['mean']:.1%}", "p90": f"{summary['p90']:.1%}",
+            "within 5%": f"{summary['within_5']:.0%}",
+            "within 10%": f"{summary['within_10']:.0%}",
+            "within 25%": f"{summary['within_25']:.0%}"}
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.whole_models:
+        raise CalibrationError("--whole-models compares kernel predictors; it does not go with "
+                               "--estimator spmv-cnn")
+    for name, value in (("--epochs", args.epochs), ("--folds", args.folds)):
+        if value < (2 if name == "--folds" else 1):
+            raise CalibrationError(f"{name} {value}: give at least "
+                                   f"{2 if name == '--folds' else 1}")
+    if args.out is not None:
+        check_output_path(args.out, option="--out", suffixes=(".json",))
+    if not args.validate and args.out is None:
+        raise CalibrationError("--estimator spmv-cnn: give --validate, --out MODEL.json or both")
+    names = args.data or shipped_block_datasets()
+    if len(names) != 1:
+        raise CalibrationError(f"--data {' '.join(names)}: the SpMV estimator learns one "
+                               "machine; give one block dataset")
+    source = names[0]
+    data = load_block_dataset(source)
+    matrices = data.matrices
+    meter = StatusLine("read", "matrices")
+    inputs = block_inputs(matrices, data.blocks, BLOCKS_PER_MATRIX, seed=args.seed,
+                          progress=meter)
+    name = args.name or Path(str(source)).stem
+    validated: dict = {}
+    if args.validate:
+        validated = _validate(args, name, matrices, data.blocks, inputs)
+    if args.out is not None:
+        meter = StatusLine("trained", "epochs")
+        provenance = {
+            "command": getattr(args, "command_line", "dse calibrate --estimator spmv-cnn"),
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "dataset": str(source), "matrices": int(len(matrices)),
+            "training_blocks": int(len(inputs.target)), "epochs": args.epochs,
+            "seed": args.seed, "energy": _energy_note()}
+        estimator = train_spmv_cnn(inputs, epochs=args.epochs, seed=args.seed,
+                                   provenance=provenance, validated=validated, progress=meter)
+        text = spmv_cnn_json(estimator)
+        write_atomic(args.out, lambda handle: handle.write(text.encode()))
+        print(f"wrote the SpMV estimator ({sum(v.size for v in estimator.weights.values()):,} "
+              f"weights, trained on {len(inputs.target):,} blocks of {len(matrices)} matrices) "
+              f"to {args.out}")
+    return 0
+
+
+def _validate(args, name: str, matrices: pd.DataFrame, blocks: pd.DataFrame, inputs) -> dict:
+    meter = StatusLine("validated", "steps")
+    per_block, per_matrix = cross_validate(matrices, inputs, folds=args.folds,
+                                           epochs=args.epochs, seed=args.seed, progress=meter)
+    per_matrix = per_matrix.merge(matrices[["matrix", "source", "spmv_s", "spmv_spread"]],
+                                  on="matrix")
+    block_err = per_block["predicted_s"] / per_block["measured_s"] - 1
+    rows = [_row("per block (in context)", error_summary(block_err)),
+            _row("per matrix, all", error_summary(per_matrix["rel_err"]))]
+    for label, source in (("  BeBOP synthetic", "bebop"), ("  pruned weights", "pruned")):
+        part = per_matrix[per_matrix["source"] == source]
+        if len(part):
+            rows.append(_row(label, error_summary(part["rel_err"])))
+    rows.append(_row("per matrix, vs instrumented", error_summary(
+        per_matrix["rel_err_instrumented"])))
+    rows.append(_row("per matrix, raw (no drift)", error_summary(per_matrix["rel_err_raw"])))
+    csr_note = ""
+    try:
+        predictors = load_predictors(name)
+        hardware = reference_hardware(predictors, [name])
+        ordered = matrices.set_index("matrix").loc[per_matrix["matrix"]].reset_index()
+        csr = csr_predictor_times(ordered, predictors, hardware)
+        corrected = per_matrix["predicted_s"] / (1 + per_matrix["rel_err"])  # drift-corrected
+        csr_err = csr / corrected.to_numpy() - 1
+        rows.append(_row(f"CSR kernel predictor ({name})", error_summary(csr_err)))
+        csr_note = (f"\nThe CSR kernel predictor of dse calibrate ({name}) learned scipy's and "
+                    "torch's CSR SpMM on trace shapes, not this numba SpMV: its error includes "
+                    "the kernels' difference.")
+    except CalibrationError as exc:
+        csr_note = f"\nno CSR kernel predictor to compare with: {exc}"
+    sources = matrices.groupby("source").size().to_dict()
+    print(f"\n{name}: SpMV estimator (1D CNN over blocks of 250 nonzeros), held out by matrix "
+          f"({args.folds} folds; a pruned layer's masks held out together); {len(matrices)} "
+          f"matrices ({sources.get('bebop', 0)} BeBOP, {sources.get('pruned', 0)} pruned "
+          f"weights), {len(blocks):,} measured blocks; trained on up to {BLOCKS_PER_MATRIX} "
+          f"blocks a matrix, {args.epochs} epochs")
+    print(pd.DataFrame(rows).to_string(index=False))
+    abs_err = per_matrix["rel_err"].abs()
+    print(f"per-matrix |error| here: {abs_err.min():.1%} to {abs_err.max():.1%}, median "
+          f"{abs_err.median():.1%}; the seed reports {SEED_RANGE[0]:.1%} to "
+          f"{SEED_RANGE[1]:.0%} per matrix")
+    spread = matrices["spmv_spread"]
+    drift = ""
+    if "reference_s" in matrices:
+        reference = matrices["reference_s"]
+        drift = (f"; the machine's speed (a reference product timed around every matrix) "
+                 f"varied {reference.quantile(0.9) / reference.quantile(0.1):.2f}x (p90 / p10) "
+                 "over the run, and per-matrix errors are against times corrected for it "
+                 "(raw: the row above)")
+    print(f"noise floor: the plain kernel's repeats differ by (max - min) / median > 10% on "
+          f"{(spread > 0.10).mean():.0%} of matrices (median spread {spread.median():.1%})"
+          + drift + csr_note)
+    print(f"energy head: {_energy_note()}")
+    summary = error_summary(per_matrix["rel_err"])
+    return {"per_matrix": summary, "per_block": error_summary(block_err),
+            "per_matrix_instrumented": error_summary(per_matrix["rel_err_instrumented"]),
+            "folds": args.folds, "held_out": "whole matrices; a pruned layer's masks together"}
+
+
+def _energy_note() -> str:
+    """Whether energy could be measured here; the estimator has no energy head otherwise."""
+    if available():
+        return ("RAPL counters exist here but the block benchmark does not read them per "
+                "block; no energy head trained")
+    return (f"left out: no RAPL counters on this machine ({POWERCAP} absent or unreadable) "
+            "and no GPU, so no measured energy to learn from")
