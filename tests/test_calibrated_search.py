@@ -18,7 +18,6 @@ import accelerator_models
 from dse import evaluate
 from dse.calibrate.expected import expected_designs, expected_layers
 from dse.calibrate.predictor import load_predictors
-from dse.cli import main
 from dse.explore import EXPECTED_COLUMNS, Block, Calibrated, evaluate_grid
 from dse.roofline import evaluate_layers
 from search.errors import SearchError, SpaceError
@@ -26,6 +25,7 @@ from search.scoring import rank, score
 from search.space import parse_space
 from search.study import SearchRequest, run_search
 from search.target import Objective, parse_target
+from tests.cli_run import run_cli
 from tests.search_spaces import space_text, write_space
 from workloads import load_trace
 
@@ -46,12 +46,6 @@ dram_bandwidth_bytes_per_s = {json.dumps(BANDWIDTHS)}
 """
 
 
-def run_cli(argv: list[str]) -> int:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    return 0 if code is None else code
 
 
 @pytest.fixture(scope="module")

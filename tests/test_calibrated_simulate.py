@@ -12,21 +12,15 @@ import pytest
 
 from dse.calibrate.expected import expected_layers
 from dse.calibrate.predictor import load_predictors
-from dse.cli import main
 from dse.output import format_seconds
 from dse.roofline import evaluate_layers
 from dse.sim import SimConfig, SimulationError, simulate
+from tests.cli_run import run_cli
 from workloads import load_trace
 
 DESIGN = ["--model", "toy_hybrid", "--hw", "h100-sxm", "--format", "2:4"]
 
 
-def run_cli(argv: list[str]) -> int:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    return 0 if code is None else code
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 import accelerator_models
 import dse
 from accelerator_models import ENERGY_FIELDS
-from dse.cli import main
+from tests.cli_run import run_cli
 from workloads import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,15 +25,6 @@ BASE = ["evaluate", "--model", "toy_hybrid", "--hw", "a100", "--format", "2:4"]
 FORMATS = ["2:4", "block4@87.5%", "unstructured@0.9"]
 
 
-def run_cli(argv: list[str]) -> int:
-    """``dse.cli.main(argv)``'s exit code, whether it returns or raises SystemExit."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    if code is None:
-        return 0
-    return code if isinstance(code, int) else 1
 
 
 def run_subprocess(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dse.cli import main
 from dse.output import format_seconds
 from dse.sim.simulate import SimConfig, simulate
 from tests.browser import ensure_chromium, render_report
+from tests.cli_run import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 DESIGN = ["--model", "convnext_tiny", "--hw", "a100", "--format", "2:4"]
@@ -29,13 +29,6 @@ TIMELINE_COLUMNS = ["model", "hardware", "format", "batch", "fusion", "scope", "
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "ps": 1e-12}
 
 
-def run_cli(argv: list[str]) -> int:
-    """``dse.cli.main(argv)``'s exit code, whether it returns or raises SystemExit."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    return 0 if code is None else code
 
 
 def files_under(folder: Path) -> set[str]:

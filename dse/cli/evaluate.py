@@ -22,7 +22,7 @@ from ..roofline import (
     memory_frame,
 )
 from .options import Default, add_design_options, check_outputs, design_from_args
-from .tables import missing, seconds_column, share
+from .tables import missing, predictor_error, seconds_column, share
 
 __all__ = ["add_parsers", "fallback_summary"]
 
@@ -205,13 +205,7 @@ def _calibration_note(expected: pd.DataFrame, predictors) -> str:
              f"{predictors.reference_hw}), one op at a time (unfused) whatever --fusion; "
              "an expectation, not a bound"]
     for name, group in used.groupby("predictor"):
-        rmspe = group["validated_rmspe"].iloc[0]
-        if name.endswith(":whole-model-fit"):
-            err = "no kernel data: constants fitted on measured whole models"
-        elif pd.isna(rmspe):
-            err = "no kernel data: the bound plus the launch floor"
-        else:
-            err = f"held-out RMSPE {rmspe:.0%}"
+        err = predictor_error(name, group["validated_rmspe"].iloc[0])
         lines.append(f"  {name}: {len(group)} op rows, {err}")
     notes = sorted({n for note in used["calibration"] for n in note.split("; ") if n})
     lines += [f"  note: {n}" for n in notes]

@@ -21,6 +21,7 @@ from .options import (
     sim_config_from_args,
 )
 from .progress import StatusLine
+from .tables import predictor_error
 
 __all__ = ["add_parsers"]
 
@@ -329,12 +330,7 @@ def _calibration_lines(results: pd.DataFrame, problem) -> list[str]:
         parts = name.split(":")
         family = predictors.families.get(parts[1]) if len(parts) == 3 else None
         rmspe = family.validated.get("rmspe") if family is not None else None
-        if rmspe is not None:
-            errors.append(f"{name} (held-out RMSPE {rmspe:.0%})")
-        elif name.endswith(":whole-model-fit"):
-            errors.append(f"{name} (no kernel data: constants fitted on measured whole models)")
-        else:
-            errors.append(f"{name} (no kernel data: the bound plus the launch floor)")
+        errors.append(f"{name} ({predictor_error(name, rmspe)})")
     lines.append("  predictors: " + ", ".join(errors))
     notes = sorted({n for cell in pd.unique(results["calibration"].astype(object))
                     for n in str(cell).split("; ") if n})

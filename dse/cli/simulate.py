@@ -26,6 +26,7 @@ from .options import (
     sim_config_from_args,
 )
 from .progress import StatusLine
+from .tables import predictor_error
 
 __all__ = ["add_parsers"]
 
@@ -141,13 +142,7 @@ def _calibration_note(priced: pd.DataFrame, predictors, result) -> str:
     used = priced[priced["expected_s"] > 0]
     for (family, name), group in used.groupby(["family", "predictor"], sort=True):
         kinds = ", ".join(sorted(group["kind"].unique()))
-        rmspe = group["validated_rmspe"].iloc[0]
-        if name.endswith(":whole-model-fit"):
-            err = "no kernel data: constants fitted on measured whole models"
-        elif pd.isna(rmspe):
-            err = "no kernel data: the bound plus the launch floor"
-        else:
-            err = f"held-out RMSPE {rmspe:.0%}"
+        err = predictor_error(name, group["validated_rmspe"].iloc[0])
         lines.append(f"  {family}: {len(group)} ops ({kinds}) priced by {name}, {err}; "
                      f"{format_seconds(float(group['expected_s'].sum()))} predicted")
     notes = sorted({n for note in used["calibration"] for n in note.split("; ") if n})

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-__all__ = ["missing", "seconds_column", "share"]
+__all__ = ["missing", "predictor_error", "seconds_column", "share"]
 
 _UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9), ("ps", 1e-12))
 
@@ -37,3 +37,13 @@ def share(value: float, digits: int = 1) -> str:
 def missing() -> str:
     """What a table shows for a value that does not exist (never ``<NA>`` or ``nan``)."""
     return "-"
+
+
+def predictor_error(name: str, rmspe: float | None) -> str:
+    """How far a kernel predictor can be trusted, for the notes under calibrated results:
+    its held-out RMSPE, or what priced the ops when the family had no kernel data."""
+    if name.endswith(":whole-model-fit"):
+        return "no kernel data: constants fitted on measured whole models"
+    if rmspe is None or pd.isna(rmspe):
+        return "no kernel data: the bound plus the launch floor"
+    return f"held-out RMSPE {rmspe:.0%}"
