@@ -25,7 +25,8 @@ from .predictor import CalibrationError, DevicePredictors, fit_family
 
 __all__ = ["DeviceRows", "best_of", "calibrate", "choose_methods", "cross_validate",
            "device_rows", "error_summary", "fit_context", "noise_floor", "speedup_summary",
-           "validated_predictions", "validation_table", "whole_model_table"]
+           "validated_predictions", "validation_table", "whole_model_table",
+           "whole_model_variants"]
 
 TARGETS = ("fraction", "time")
 VARIANTS = ("impl", "best")
@@ -303,11 +304,19 @@ def calibrate(data: DeviceRows, predictions: pd.DataFrame, seed: int = 0) -> Dev
         families=families, provenance=provenance)
 
 
-def _converted_linears_only(trace):
-    """The trace with only the linears a timm 2:4 conversion takes (in/out features % 64 == 0)
-    left prunable, as ``benchmarks/gpu/measure_models.py`` converted them."""
+def _converted_linears_only(trace, sparse_format: str = "2:4", device: str = "cuda"):
+    """The trace with only the linears the measured sparse whole model converted left
+    prunable: on CUDA those a timm 2:4 conversion takes (in/out features % 64 == 0), as
+    ``benchmarks/gpu/measure_models.py`` converted them; on the CPU those ``dse measure
+    --whole-models`` ran sparse (:func:`dse.measure.measure.whole_model_trace`)."""
     import workloads
 
+    if device == "cpu":
+        import formats
+
+        from ..measure.measure import whole_model_trace
+
+        return whole_model_trace(trace, formats.parse(sparse_format))
     records = trace.to_json()["ops"]
     for r in records:
         if r["prunable"] and not (r["kind"] == "linear" and r["m"] % 64 == 0
@@ -322,9 +331,20 @@ def _model_parts(measured: pd.DataFrame, predictors: DevicePredictors, hardware:
     """Per measured model: its trace (only the converted linears prunable) and batches."""
     import workloads
 
-    return {str(model): (_converted_linears_only(workloads.load_trace(str(model))),
+    return {str(model): (_converted_linears_only(workloads.load_trace(str(model)),
+                                                 sparse_format, predictors.device),
                          sorted(int(b) for b in group["batch"].unique()))
             for model, group in measured.groupby("model", sort=False)}
+
+
+def _whole_model_numerics(predictors: DevicePredictors):
+    """How the device's kernels are priced: CPU kernels run fp32 (the tf32 slot holds the fp32
+    GEMM rate, as ``dse measure`` prices them), CUDA fp16."""
+    from ..roofline import Numerics
+
+    if predictors.device == "cpu":
+        return Numerics(dtype="tf32", vector_dtype="fp32", csr_dtype="fp32")
+    return Numerics()
 
 
 def _model_sums(trace, batches, predictors: DevicePredictors, hardware: str,
@@ -335,7 +355,8 @@ def _model_sums(trace, batches, predictors: DevicePredictors, hardware: str,
     from .expected import expected_layers
 
     layers = evaluate_layers(trace, hardware, [sparse_format], batches=batches,
-                             fusion="unfused", scope="all")
+                             fusion="unfused", scope="all",
+                             numerics=_whole_model_numerics(predictors))
     layers = expected_layers(layers, trace, predictors)
     work = layers["time_s"] > 0
     unmeasured = layers["predictor"].str.endswith((":bound", ":whole-model-fit")) & work
@@ -374,18 +395,56 @@ def fit_context(points: pd.DataFrame) -> dict:
             "unmeasured_ceiling": float(1.0 / x[2]), "grouped_conv_ceiling": float(1.0 / x[3])}
 
 
+def whole_model_variants(measured: pd.DataFrame, dense_variant: str | None = None,
+                         sparse_variant: str | None = None,
+                         sparse_format: str | None = None) -> tuple[str, str, str]:
+    """The variants and sparse format a whole-model comparison uses where not given: the dense
+    variant ``dense_cudagraph`` where measured, else ``dense_eager``; the sparse format the
+    table's first non-dense ``format`` (tables from ``dse measure``), else 2:4 (the H100
+    CSV); the sparse variant that format's of the dense variant's mode (``sparse24_cudagraph``
+    beside ``dense_cudagraph``, ``block4_87.5_eager`` beside ``dense_eager``)."""
+    from ..measure.dataset import whole_model_variant
+
+    variants = set(measured["variant"].astype(str))
+    if dense_variant is None:
+        dense_variant = "dense_cudagraph" if "dense_cudagraph" in variants else "dense_eager"
+    if sparse_format is None:
+        given = [str(f) for f in measured.get("format", pd.Series(dtype=str)).dropna().unique()
+                 if str(f) not in ("dense", "")]
+        sparse_format = given[0] if given else "2:4"
+    if sparse_variant is None:
+        mode = dense_variant.split("_", 1)[1] if "_" in dense_variant else "eager"
+        sparse_variant = whole_model_variant(sparse_format, f"torch_{mode}")
+    return dense_variant, sparse_variant, sparse_format
+
+
 def whole_model_table(measured: pd.DataFrame, predictors: DevicePredictors,
-                      hardware: str, dense_variant: str = "dense_cudagraph",
-                      sparse_variant: str = "sparse24_cudagraph",
-                      sparse_format: str = "2:4") -> tuple[pd.DataFrame, dict]:
+                      hardware, dense_variant: str | None = None,
+                      sparse_variant: str | None = None,
+                      sparse_format: str | None = None) -> tuple[pd.DataFrame, dict]:
     """Calibrated whole-model latency against measured whole models (columns ``model,
-    variant, batch, median_s``, as ``benchmarks/gpu/results/models_measurements.csv``).
+    variant, batch, median_s``, as ``benchmarks/gpu/results/models_measurements.csv`` or
+    :func:`dse.measure.dataset.whole_model_rows`; a model, variant and batch measured more
+    than once counts with its fastest run's median: other work sharing a machine only adds
+    time). ``hardware``: the spec the predictors'
+    fractions refer to (a name or an Accelerator: a CPU's probed ``host`` spec); CPU
+    predictors price at fp32 (:func:`_whole_model_numerics`). Variants and format default as
+    :func:`whole_model_variants` picks them.
 
     The whole-model constants (:func:`fit_context`) are validated leaving one model out: each
     model's expectation uses constants fitted on the other models' dense runs. Returns the
     table (per model and batch: measured and expected dense latency and error, the bound's
     error, measured and expected speedup of ``sparse_format`` on the layers the measurement
     converted) and the constants fitted on every model (to ship)."""
+    dense_variant, sparse_variant, sparse_format = whole_model_variants(
+        measured, dense_variant, sparse_variant, sparse_format)
+    measured = measured[measured["median_s"].notna() & (measured["median_s"] > 0)]
+    if "error" in measured.columns:
+        error = measured["error"]
+        measured = measured[error.isna() | (error.astype(str) == "")]
+    # measured more than once: the fastest run (other work sharing the machine only adds time)
+    measured = measured.groupby(["model", "variant", "batch"], as_index=False,
+                                sort=False)["median_s"].min()
     parts = _model_parts(measured, predictors, hardware, sparse_format)
     bare = replace(predictors, context={})
     points = []
@@ -397,7 +456,8 @@ def whole_model_table(measured: pd.DataFrame, predictors: DevicePredictors,
             if len(t):
                 points.append({"model": model, "batch": b, "measured_s": float(t.iloc[0]),
                                **sums.loc[("dense", b)].to_dict()})
-    points = pd.DataFrame(points)
+    points = pd.DataFrame(points, columns=None if points else ["model", "batch",
+                                                                 "measured_s"])
     floors = [f.floor_s for f in predictors.families.values()]
     points.attrs["min_floor_s"] = min(floors) if floors else 1e-5
     records = []
@@ -431,4 +491,7 @@ def whole_model_table(measured: pd.DataFrame, predictors: DevicePredictors,
     if context:
         context["source"] = (f"fitted on {len(points)} measured whole-model latencies "
                              f"({dense_variant}) of {', '.join(parts)}")
-    return pd.DataFrame(records), context
+    table = pd.DataFrame(records)
+    table.attrs.update({"dense_variant": dense_variant, "sparse_variant": sparse_variant,
+                        "sparse_format": sparse_format})
+    return table, context

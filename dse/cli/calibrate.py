@@ -24,6 +24,7 @@ from ..calibrate.validate import (
     whole_model_table,
 )
 from ..measure.dataset import concat, load_dataset, shipped_datasets
+from . import spmv_estimator
 from .options import check_outputs
 from .progress import StatusLine
 
@@ -49,24 +50,88 @@ def add_parsers(commands) -> None:
     cal.add_argument("--validate", action="store_true",
                      help="print the held-out error table per family and device, the "
                           "speedup errors and the noise floor")
-    cal.add_argument("--whole-models", action="append", default=[], metavar="DEVICE=CSV",
+    cal.add_argument("--whole-models", action="append", default=[], metavar="DEVICE=FILE",
                      help="also compare calibrated whole-model latency with measured whole "
-                          "models (model,variant,batch,median_s; dense_cudagraph and "
-                          "sparse24_cudagraph variants) for predictor set DEVICE")
+                          "models for predictor set DEVICE: a CSV of model,variant,batch,"
+                          "median_s (dense_cudagraph or dense_eager, and sparse24_cudagraph "
+                          "or a format's variant), a dataset or FILE.models.csv written by dse "
+                          "measure --whole-models, or a folder of them (its *.models.csv "
+                          "where there are any); repeatable (one device's files are joined)")
     cal.add_argument("--seed", type=int, default=0, help="seed of folds and trees (default 0)")
+    spmv_estimator.add_arguments(cal)
     cal.set_defaults(run=_cmd_calibrate)
 
 
-def _whole_models(values: list[str]) -> dict[str, Path]:
-    out = {}
+def _whole_models(values: list[str]) -> dict[str, list[Path]]:
+    out: dict[str, list[Path]] = {}
     for value in values:
         name, sep, path = value.partition("=")
-        if not sep or not Path(path).is_file():
-            raise CalibrationError(f"--whole-models {value}: give DEVICE=CSV with an existing "
-                                   "CSV, e.g. h100-sxm=benchmarks/gpu/results/"
-                                   "models_measurements.csv")
-        out[name] = Path(path)
+        if not sep or not Path(path).exists():
+            raise CalibrationError(f"--whole-models {value}: give DEVICE=FILE with an existing "
+                                   "CSV, dataset or folder, e.g. h100-sxm=benchmarks/gpu/"
+                                   "results/models_measurements.csv")
+        files = [Path(path)] if Path(path).is_file() else _folder_files(Path(path))
+        if not files:
+            raise CalibrationError(f"--whole-models {value}: no .csv or .parquet file in "
+                                   f"{path}")
+        out.setdefault(name, []).extend(files)
     return out
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    """A folder's whole-model tables: its ``*.models.csv`` (what dse measure writes beside a
+    dataset) where there are any, else every .csv and .parquet file in it."""
+    tables = sorted(folder.glob("*.models.csv"))
+    return tables or sorted(p for p in folder.iterdir() if p.suffix in (".csv", ".parquet"))
+
+
+def _read_whole_models(paths: list[Path]) -> pd.DataFrame:
+    """The measured whole models of the files: ``model,variant,batch,median_s`` tables as
+    they are, ``dse measure`` datasets (a ``family`` column) through
+    :func:`dse.measure.dataset.whole_model_rows`."""
+    from ..measure.dataset import whole_model_rows
+
+    frames = []
+    for path in paths:
+        try:
+            frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        except Exception as exc:  # pandas and pyarrow raise many kinds
+            raise CalibrationError(f"--whole-models {path}: cannot read it "
+                                   f"({type(exc).__name__})") from None
+        if "family" in frame.columns and "variant" not in frame.columns:
+            frame = whole_model_rows(load_dataset(path))
+        missing = [c for c in ("model", "variant", "batch", "median_s")
+                   if c not in frame.columns]
+        if missing:
+            raise CalibrationError(f"--whole-models {path}: no column {missing[0]!r}; give "
+                                   "model,variant,batch,median_s rows or a dse measure dataset")
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _reference_hardware(predictors, sources: list[str]):
+    """The spec the predictors' fractions refer to: a catalog name, or a probed spec (a CPU's
+    ``host``) from the ``probe_spec_toml`` a dataset's provenance keeps."""
+    import tempfile
+
+    import accelerator_models
+
+    from ..measure.dataset import provenance
+
+    try:
+        return accelerator_models.load(predictors.reference_hw)
+    except Exception:  # not a catalog name: look for the probed spec in the provenance
+        pass
+    for source in sources:
+        text = provenance(source).get("probe_spec_toml")
+        if text:
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / f"{predictors.reference_hw}.toml"
+                path.write_text(text, encoding="utf-8")
+                return accelerator_models.load(str(path))
+    raise CalibrationError(f"{predictors.name}: the predictors refer to the spec "
+                           f"{predictors.reference_hw!r}, which is no catalog name, and no "
+                           "dataset keeps its probe (probe_spec_toml in the dataset's .json)")
 
 
 def _pct(value: float) -> str:
@@ -102,6 +167,8 @@ def _print_validation(table: pd.DataFrame, speedups: pd.DataFrame, noise: dict) 
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.estimator == "spmv-cnn":
+        return spmv_estimator.run(args)
     if args.out is None and not args.validate:
         raise CalibrationError("dse calibrate: give --out MODEL.json to train, --validate to "
                                "print held-out errors, or both")
@@ -132,9 +199,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                               speedup_summary(predictions, chosen, name), noise_floor(frame))
         predictors = calibrate(data, predictions, seed=args.seed)
         if name in whole:
-            table, context = whole_model_table(pd.read_csv(whole[name]), predictors,
-                                               predictors.reference_hw)
-            _print_whole_models(name, table, context)
+            measured = _read_whole_models(whole[name])
+            hardware = _reference_hardware(predictors, names)
+            table, context = whole_model_table(measured, predictors, hardware)
+            _print_whole_models(name, table, context, measured)
             predictors = replace(predictors, context=context)
         if args.out is not None:
             made = {"command": getattr(args, "command_line", "dse calibrate"),
@@ -151,31 +219,51 @@ def _side(x: pd.Series) -> np.ndarray:
     return np.where(np.abs(x - 1) < 0.01, 0, np.sign(x - 1))
 
 
-def _print_whole_models(name: str, table: pd.DataFrame, context: dict) -> None:
+def _print_whole_models(name: str, table: pd.DataFrame, context: dict,
+                        measured: pd.DataFrame | None = None) -> None:
     def ms(v):
         return f"{v * 1e3:.3f}"
 
     def pct(v):
-        return f"{v:+.0%}"
+        return "-" if not np.isfinite(v) else f"{v:+.0%}"
 
+    def times(v):
+        return "-" if not np.isfinite(v) else f"{v:.2f}x"
+
+    if table.empty:
+        print(f"\n{name}: no measured whole model has the dense variant "
+              f"{table.attrs.get('dense_variant', '?')}; nothing to compare")
+        return
+    fmt = table.attrs.get("sparse_format", "2:4")
+    nan = pd.Series(np.nan, index=table.index)
     shown = pd.DataFrame({
         "model": table["model"], "batch": table["batch"],
         "measured ms": table["measured_s"].map(ms), "expected ms": table["expected_s"].map(ms),
         "error": table["error"].map(pct),
         "kernels only": table["kernels_only_error"].map(pct),
         "bound": table["bound_error"].map(pct),
-        "2:4 speedup measured": table["measured_speedup"].map(lambda v: f"{v:.2f}x"),
-        "expected": table["expected_speedup"].map(lambda v: f"{v:.2f}x"),
-        "2:4 error": table["sparse_error"].map(pct),
+        f"{fmt} speedup measured": table.get("measured_speedup", nan).map(times),
+        "expected": table.get("expected_speedup", nan).map(times),
+        f"{fmt} error": table.get("sparse_error", nan).map(pct),
     })
+    variant = table.attrs.get("dense_variant", "dense_cudagraph")
     print(f"\n{name}: whole models, expected (calibrated, unfused, every op) against measured "
-          "CUDA-graph latency; whole-model constants fitted leaving the model out")
+          f"{variant} latency; whole-model constants fitted leaving the model out")
     print(shown.to_string(index=False))
     per_model = table.groupby("model")["error"].apply(lambda e: e.abs().median())
-    same = np.mean(_side(table["measured_speedup"]) == _side(table["expected_speedup"]))
-    print(f"median |error|: {table['error'].abs().median():.0%} over models and batches, "
-          f"{per_model.median():.0%} for the median model; 2:4 speedup on the same side of "
-          f"1x: {same:.0%}")
+    line = (f"median |error|: {table['error'].abs().median():.0%} over models and batches, "
+            f"{per_model.median():.0%} for the median model")
+    if "measured_speedup" in table:
+        pairs = table["measured_speedup"].notna()
+        same = np.mean(_side(table.loc[pairs, "measured_speedup"])
+                       == _side(table.loc[pairs, "expected_speedup"]))
+        line += f"; {fmt} speedup on the same side of 1x: {same:.0%} of {int(pairs.sum())}"
+    print(line)
+    if measured is not None and "idle" in measured.columns:
+        busy = int((measured["idle"].astype(str).str.lower() == "false").sum())
+        if busy:
+            print(f"NOT IDLE: {busy} of {len(measured)} measured whole-model rows were timed "
+                  "while other processes kept cores busy")
     if context:
         print(f"shipped whole-model constants (all models): kernel shift "
               f"{context['shift_s'] * 1e6:.2f} us, floor of families without data "

@@ -18,8 +18,10 @@ def add_parsers(commands) -> None:
         description="Time real kernels on this machine for every distinct prunable layer shape "
                     "of the trace, per format family the device has a kernel for (CPU: torch "
                     "dense GEMM and convolution, torch and scipy CSR, scipy and torch BSR, the "
-                    "trace's vector ops; CUDA: cuBLAS, cuSPARSELt 2:4, Triton BSR, cuSPARSE CSR, "
-                    "vector ops, whole models eager and as CUDA graphs), then spend the rest of "
+                    "trace's vector ops, with --whole-models the whole timm model dense and with "
+                    "its linears sparse; CUDA: cuBLAS, cuSPARSELt 2:4, Triton BSR, cuSPARSE "
+                    "CSR, vector ops, whole models eager and as CUDA graphs), then spend the "
+                    "rest of "
                     "--budget on new configurations chosen by adaptive sampling (nn-Meter's "
                     "method). Every row carries the kernel's speed of light on --hw and the "
                     "fraction of it reached. Weights are real masks of each format. Needs torch: "
@@ -46,11 +48,24 @@ def add_parsers(commands) -> None:
     mp.add_argument("--no-vector-ops", action="store_true",
                     help="time only the GEMM-like kernels, not the trace's norms, activations "
                          "and softmax")
+    mp.add_argument("--whole-models", action="store_true",
+                    help="also time the trace's whole timm model (eval mode, the trace's input "
+                         "size, every --batch, warm caches): on the CPU eager in fp32, dense "
+                         "and per block or unstructured --format with every linear it applies "
+                         "to run as torch CSR/BSR (convolutions stay dense); on CUDA always on "
+                         "(eager and as a CUDA graph, fp16, dense). Rows of family 'model'; "
+                         "FILE.models.csv beside --out holds them as dse calibrate "
+                         "--whole-models reads them")
+    mp.add_argument("--whole-models-only", action="store_true",
+                    help="time only the whole models (implies --whole-models): no kernel "
+                         "shapes, no sampling")
     mp.set_defaults(run=_cmd_measure)
 
 
 def _cmd_measure(args: argparse.Namespace) -> int:
+    from ..measure.dataset import whole_model_rows
     from ..measure.measure import measure, parse_budget, write_dataset
+    from ..output import write_table
 
     check_output_path(args.out, (".parquet", ".csv"))
     budget = parse_budget(args.budget)
@@ -59,11 +74,20 @@ def _cmd_measure(args: argparse.Namespace) -> int:
 
         raise MeasureError(f"--wait-idle {args.wait_idle:g}: give 0 or more seconds")
     d = design_from_args(args)
+    whole = True if (args.whole_models or args.whole_models_only) else None
     result = measure(d.trace, d.accelerator, d.formats, d.batches, device=args.device,
-                     budget_s=budget, progress=StatusLine("measured", "kernels"),
+                     budget_s=budget, progress=StatusLine(
+                         "measured", "whole models" if args.whole_models_only else "kernels"),
                      threads=args.threads, vector_ops=not args.no_vector_ops,
-                     wait_idle_s=args.wait_idle, seed=args.seed)
+                     whole_models=whole, wait_idle_s=args.wait_idle, seed=args.seed,
+                     kernels=not args.whole_models_only)
     print(result.summary_text())
     out = write_dataset(result, args.out, args.command_line)
     print(f"wrote {len(result.frame)} rows to {out} and provenance to {out.with_suffix('.json')}")
+    models = whole_model_rows(result.frame)
+    if len(models):
+        side = out.with_suffix(".models.csv")
+        write_table(models, side)
+        print(f"wrote {len(models)} whole-model rows to {side} (dse calibrate --validate "
+              f"--whole-models DEVICE={side})")
     return 0

@@ -36,6 +36,9 @@ __all__ = [
     "load_dataset",
     "shipped_datasets",
     "validate",
+    "WHOLE_MODEL_COLUMNS",
+    "whole_model_rows",
+    "whole_model_variant",
 ]
 
 SCHEMA_VERSION = "dse-measurements/1"
@@ -323,3 +326,61 @@ def _h100_probed(side: dict):
         f"dram_bandwidth_bytes_per_s={bandwidth:.6g}",
         f"tensor_flops_per_s.fp16={peak:.6g}",
     ])
+
+
+# --- whole models (family "model") as the table `dse calibrate --whole-models` reads ----------
+
+#: Columns of :func:`whole_model_rows`, those of ``benchmarks/gpu/results/
+#: models_measurements.csv`` that a dse dataset has, then what the CPU adds.
+WHOLE_MODEL_COLUMNS = ("model", "variant", "batch", "median_s", "min_s", "p90_s", "reps",
+                       "format", "threads", "idle", "other_cores", "spread", "img_size",
+                       "device_name", "date", "note", "error")
+
+
+def whole_model_variant(fmt: str, implementation: str) -> str:
+    """The H100 CSV's variant name of a whole-model row: ``<format>_<mode>``, the mode from the
+    implementation (``torch_eager`` -> ``eager``, ``torch_cudagraph`` -> ``cudagraph``), the
+    format ``dense``, ``sparse24`` for 2:4 (``sparseNM`` for N:M), else its name with ``@``
+    as ``_`` and no ``%`` (``block4_87.5``, ``unstructured_90``)."""
+    mode = implementation.removeprefix("torch_")
+    if fmt == "dense":
+        name = "dense"
+    elif ":" in fmt and "@" not in fmt:
+        name = "sparse" + fmt.replace(":", "")
+    else:
+        name = fmt.replace("@", "_").replace("%", "")
+    return f"{name}_{mode}"
+
+
+def whole_model_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The whole-model rows (family ``model``) of a dataset as the table ``dse calibrate
+    --whole-models`` reads (:data:`WHOLE_MODEL_COLUMNS`: ``model, variant, batch, median_s``
+    as in ``benchmarks/gpu/results/models_measurements.csv``, then min, p90, repeats, the
+    canonical format, threads, idle, spread, input size, machine, notes and errors)."""
+    rows = validate(frame, "whole-model rows")
+    rows = rows[rows["family"] == "model"]
+    out = pd.DataFrame({
+        "model": rows["model"].astype(str),
+        "variant": [whole_model_variant(f, i) for f, i in zip(
+            rows["format"], rows["implementation"], strict=True)],
+        "batch": rows["batch"].astype("int64"),
+        "median_s": rows["median_s"], "min_s": rows["min_s"], "p90_s": rows["p90_s"],
+        "reps": rows["repeats"].astype("int64"), "format": rows["format"].astype(str),
+        "threads": rows["threads"].astype("int64"), "idle": rows["idle"],
+        "other_cores": rows["other_cores"], "spread": rows["spread"],
+        "img_size": [_img_size(n) for n in rows["note"]],
+        "device_name": rows["device_name"].astype(str), "date": rows["date"].astype(str),
+        "note": rows["note"].astype(str), "error": rows["error"].astype(str)},
+        columns=list(WHOLE_MODEL_COLUMNS))
+    return out.reset_index(drop=True)
+
+
+def _img_size(note: str) -> int:
+    """The input side from a whole-model note (``input 3x224x224``), 0 when absent."""
+    for part in str(note).split("; "):
+        if part.startswith("input "):
+            try:
+                return int(part.split("x")[-1])
+            except ValueError:
+                return 0
+    return 0

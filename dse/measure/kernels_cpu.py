@@ -15,7 +15,11 @@ Families and implementations (``CPU_KERNELS``):
   (torch BSR ``@ X`` on the CPU);
 * ``unstructured``: ``torch_csr`` (torch sparse CSR ``@ X``, MKL sparse) and ``scipy_csr``
   (``scipy.sparse.csr_matrix @ X``, single-threaded);
-* vector ops (norm, activation, softmax, elementwise, reduce, pool): ``torch_vector``.
+* vector ops (norm, activation, softmax, elementwise, reduce, pool): ``torch_vector``;
+* whole models (:func:`build_model`): the timm model of a trace, eval mode, fp32, at the trace's
+  input size, dense or with every ``nn.Linear`` the format applies to masked and run as torch
+  CSR (unstructured) or BSR (block) ``W @ X`` (``torch_eager``); convolutions stay dense (torch
+  has no CPU sparse convolution).
 
 Grouped sparse GEMMs run as one SpMM of the block-diagonal matrix of the groups (the usual way
 to batch them). Each built kernel is checked once against the masked dense product in fp64
@@ -40,8 +44,10 @@ __all__ = [
     "Kernel",
     "VectorCase",
     "build_gemm",
+    "build_model",
     "build_vector",
     "masked_weight",
+    "sparse_linear_applies",
 ]
 
 
@@ -347,3 +353,127 @@ def cases_fit(case: GemmCase, max_bytes: float = 2e9) -> bool:
     """Whether the case's operands fit a sane memory budget (sampling keeps below it)."""
     elems = case.groups * (case.m * case.k + case.k * case.n + case.m * case.n)
     return 4 * elems * 3 < max_bytes and math.isfinite(elems)
+
+
+# --- whole models -----------------------------------------------------------------------------
+
+
+def sparse_linear_applies(fmt: Format, out_features: int, in_features: int) -> bool:
+    """Whether :func:`build_model` runs an ``out x in`` linear of a model in ``fmt`` on a CPU
+    sparse path (block and unstructured formats the weight shape can take); the expectation
+    of a sparse whole model prices the same layers sparse."""
+    return fmt.family in ("block", "unstructured") and bool(fmt.applies_to(out_features,
+                                                                           in_features))
+
+
+def _timm_model(model_name: str, input_shape: tuple[int, ...]):
+    """The timm model, random weights, eval mode, built for ``input_shape`` (a ViT's
+    ``img_size`` when the trace was exported at another size than the model's own)."""
+    import timm
+
+    model = timm.create_model(model_name, pretrained=False)
+    own = tuple(model.pretrained_cfg.get("input_size", (3, 224, 224)))
+    if tuple(input_shape) != own and len(input_shape) == 3:
+        try:
+            model = timm.create_model(model_name, pretrained=False,
+                                      img_size=int(input_shape[-1]))
+        except TypeError:  # a convolutional model takes any size at run time
+            pass
+    return model.eval()
+
+
+def _sparse_linears(model, fmt: Format, seed: int) -> tuple[int, int, int]:
+    """Mask every linear ``fmt`` applies to by the trainer's rules (per layer, exact counts)
+    and make it run ``W @ X`` with W in torch CSR (unstructured) or BSR (block) layout.
+    Returns (converted linears, all linears, stored weight values of the converted ones)."""
+    import torch
+
+    from formats.masks import PrunableWeight, global_masks
+
+    torch.manual_seed(seed)
+    linears = [(name, m) for name, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear)]
+    converted, nnz = 0, 0
+    for name, module in linears:
+        out_f, in_f = module.weight.shape
+        if not sparse_linear_applies(fmt, out_f, in_f):
+            continue
+        weight = module.weight.detach()
+        mask = global_masks({name: PrunableWeight(weight, 1)}, fmt)[name]
+        masked = (weight * mask).contiguous()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sparse = masked.to_sparse_csr() if fmt.family == "unstructured" \
+                else masked.to_sparse_bsr((fmt.block, fmt.block))
+        nnz += int(mask.sum()) if fmt.family == "unstructured" \
+            else int(sparse.values().shape[0]) * fmt.block * fmt.block
+        module.weight.data = masked  # the dense reference of the same masked weights
+        module.register_buffer("sparse_weight", sparse, persistent=False)
+        module.forward = _sparse_forward(module)
+        converted += 1
+    return converted, len(linears), nnz
+
+
+def _sparse_forward(module):
+    import torch
+
+    def forward(x):
+        flat = x.reshape(-1, x.shape[-1])
+        y = torch.mm(module.sparse_weight, flat.t()).t()  # W @ X: the measured sparse kernel
+        if module.bias is not None:
+            y = y + module.bias
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+    return forward
+
+
+def build_model(model_name: str, input_shape: tuple[int, ...], batch: int,
+                fmt: Format | None = None, seed: int = 0) -> Kernel:
+    """A whole timm model as a ready-to-time kernel: ``fn()`` runs one forward pass (eval mode,
+    ``torch.inference_mode``, fp32) of a random ``[batch, *input_shape]`` input. ``fmt``
+    (block or unstructured) masks every linear it applies to and runs it as a torch sparse
+    ``W @ X`` (:func:`sparse_linear_applies`); the output is then checked once, at batch 1,
+    against the same masked weights run dense (``rel_err``). ``note`` says how many linears
+    run sparse and whether attention runs fused (timm's default, as the H100 measurement
+    ran); the trace prices attention unfused. Raises for models timm cannot build."""
+    import torch
+
+    fmt = fmt if fmt is not None and not isinstance(fmt, Dense) else None
+    if fmt is not None and fmt.family not in ("block", "unstructured"):
+        raise ValueError(f"format {fmt.name}: no CPU sparse path for a whole model "
+                         "(block and unstructured formats only)")
+    model = _timm_model(model_name, input_shape)
+    gen = torch.Generator().manual_seed(seed + 3)
+    x = torch.randn(batch, *input_shape, generator=gen, dtype=torch.float32)
+    attention = [bool(m.fused_attn) for m in model.modules() if hasattr(m, "fused_attn")]
+    notes = [f"input {'x'.join(map(str, input_shape))}"]
+    if attention:
+        notes.append(f"attention fused (F.scaled_dot_product_attention) in {sum(attention)} of "
+                     f"{len(attention)} attention modules")
+    params = sum(p.numel() for p in model.parameters())
+    nnz, rel_err, kernel = params, float("nan"), "timm eager forward (dense)"
+    if fmt is not None:
+        converted, linears, sparse_nnz = _sparse_linears(model, fmt, seed)
+        nnz = params - sum(m.weight.numel() for m in model.modules()
+                           if hasattr(m, "sparse_weight")) + sparse_nnz
+        layout = "CSR" if fmt.family == "unstructured" else f"BSR {fmt.block}x{fmt.block}"
+        kernel = f"timm eager forward, linears as torch {layout} @ dense"
+        notes.append(f"linears on the sparse path: {converted} of {linears}; convolutions "
+                     "dense")
+        with torch.inference_mode():
+            got = model(x[:1])
+            sparse_modules = [m for m in model.modules() if hasattr(m, "sparse_weight")]
+            for m in sparse_modules:
+                del m.forward  # nn.Linear's own forward on the masked dense weight
+            ref = model(x[:1])
+            for m in sparse_modules:
+                m.forward = _sparse_forward(m)
+        den = float(torch.linalg.vector_norm(ref.double()))
+        rel_err = float(torch.linalg.vector_norm((got - ref).double()) / den) if den else 0.0
+
+    def fn():
+        with torch.inference_mode():
+            return model(x)
+
+    return Kernel(fn, int(nnz), dtype="fp32", threads=_threads(), kernel=kernel,
+                  note="; ".join(notes), rel_err=rel_err,
+                  index_dtype="int64" if fmt is not None else "")

@@ -12,6 +12,16 @@ sampling then adds configurations while the time left (``budget_s`` minus what t
 spent, by ``clock``) covers the next one, estimated as the slowest of the last three sampled
 configurations (or the mean trace shape before any). Library code: it never prints; progress
 goes through ``progress(done, total)``.
+
+Whole models (``whole_models``; always on CUDA, asked for on the CPU): the trace's timm model
+itself, eval mode, at the trace's input size and each batch, timed by the same method with warm
+caches (no flush between forward passes): on CUDA eager and as a CUDA graph
+(``torch_eager``, ``torch_cudagraph``, fp16, dense); on the CPU eager in fp32, dense and, per
+asked block or unstructured format, with every linear the format applies to masked and run as a
+torch sparse ``W @ X`` (convolutions stay dense: torch has no CPU sparse convolution). They are
+rows of family ``model`` (``whole_model_rows`` turns them into the ``model, variant, batch,
+median_s`` table ``dse calibrate --whole-models`` reads); their speed of light is dse's unfused
+bound of the whole trace (scope all), with only the linears that ran sparse priced sparse.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ __all__ = [
     "measure",
     "parse_budget",
     "sol_columns",
+    "whole_model_trace",
     "write_dataset",
 ]
 
@@ -182,6 +193,14 @@ class MeasureResult:
         for r in summary.itertuples(index=False):
             lines.append(f"  {r.family:<13}{r.implementation:<16}{r.rows:>6}"
                          f"{r.median:>9.3f}{r.p10:>9.3f}{r.p90:>9.3f}")
+        models = ok[ok["family"] == "model"]
+        if len(models):
+            lines.append("whole models (median of the forward passes; warm caches):")
+            for r in models.itertuples(index=False):
+                lines.append(f"  {r.model} {r.format} {r.implementation} b={r.batch}: "
+                             f"{r.median_s * 1e3:.3f} ms (spread {r.spread:.0%}, {r.repeats} "
+                             f"repeats, {r.threads} threads"
+                             f"{'' if pd.isna(r.idle) or bool(r.idle) else ', NOT IDLE'})")
         worst = self.worst()
         if len(worst):
             lines.append("worst trace shapes (best implementation of each):")
@@ -206,7 +225,7 @@ def family_summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 def worst_shapes(frame: pd.DataFrame, per_family: int = 3) -> pd.DataFrame:
     ok = frame[(frame["error"] == "") & frame["sol_fraction"].notna()
-               & (frame["source"] == "trace") & (frame["family"] != "vector")]
+               & (frame["source"] == "trace") & ~frame["family"].isin(["vector", "model"])]
     if ok.empty:
         return ok
     keys = ["family", "format", "m", "k", "n", "groups", "batch"]
@@ -386,9 +405,10 @@ def measure(
     method: TimingMethod = DEFAULT_METHOD,
     threads: int | None = None,
     vector_ops: bool = True,
-    whole_models: bool = True,
+    whole_models: bool | None = None,
     wait_idle_s: float = 0.0,
     seed: int = 0,
+    kernels: bool = True,
 ) -> MeasureResult:
     """Measure real kernels for ``trace`` (a Trace or shipped name) on ``device`` and price them
     on ``hw`` (an Accelerator, a catalog name or a spec path, e.g. the ``dse hw probe`` file).
@@ -396,14 +416,21 @@ def measure(
     ``formats``: format strings (``block4@87.5%``, ``unstructured@90%``, ``2:4`` on CUDA);
     dense is always measured. ``budget_s``: seconds for the whole run (see the module
     docstring). ``threads``: torch and numba threads, default all usable cores (recorded per
-    row). ``whole_models``: on CUDA, also time the whole timm model eager and as a CUDA graph.
-    ``wait_idle_s``: first wait up to that long for other processes to leave the cores alone
-    (counted in the budget). Raises :class:`MeasureError` for input it cannot use.
+    row). ``whole_models``: also time the trace's whole timm model (module docstring; default:
+    on CUDA only). ``kernels=False``: time the whole models only (no kernel shapes, no
+    sampling). ``wait_idle_s``: first wait up to that long for other processes to leave the
+    cores alone (counted in the budget). Raises :class:`MeasureError` for input it cannot use.
     """
     budget = Budget(budget_s, clock, MeasureError)  # refuses budget <= 0 first: it costs nothing
     trace, hw, batch_list = _inputs(trace, hw, batches, device)
     fmts = _formats(formats, device)
     numerics = _numerics(device, hw)
+    time_kernels = bool(kernels)  # `kernels` names the device's kernel table below
+    if whole_models is None:
+        whole_models = device == "cuda"
+    if not time_kernels and not whole_models:
+        raise MeasureError("nothing to measure: kernels off and whole models off; drop "
+                           "--whole-models-only or ask for --whole-models")
     if device == "cuda":
         from . import kernels_cuda
         kernels = kernels_cuda.CUDA_KERNELS
@@ -425,9 +452,12 @@ def measure(
         dense = formats_pkg.parse("dense")
         all_fmts = [dense, *fmts]
         shapes = _distinct_shapes(trace)
-        geometries = _conv_geometries(trace) if device == "cpu" else {}
-        vec = _distinct_vector_ops(trace) if vector_ops else pd.DataFrame()
-        total = len(batch_list) * (len(shapes) * len(all_fmts) + len(vec))
+        shapes = shapes if time_kernels else shapes.iloc[:0]
+        geometries = _conv_geometries(trace) if device == "cpu" and time_kernels else {}
+        vec = _distinct_vector_ops(trace) if vector_ops and time_kernels else pd.DataFrame()
+        model_fmts = ([dense, *[f for f in fmts if f.family in ("block", "unstructured")]]
+                      if device == "cpu" else [dense]) if whole_models else []
+        total = len(batch_list) * (len(shapes) * len(all_fmts) + len(vec) + len(model_fmts))
         done = 0
         trace_started = clock()
         for batch in batch_list:
@@ -467,9 +497,19 @@ def measure(
                     progress(done, total)
             if device == "cuda" and whole_models:
                 _time_whole_model(run, trace, batch, numerics)
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+            elif whole_models:
+                for fmt in model_fmts:
+                    _time_whole_model_cpu(run, trace, batch, fmt, seed)
+                    done += 1
+                    if progress is not None:
+                        progress(done, total)
         trace_configs = done
         per_config = (clock() - trace_started) / max(1, done)
-        sampled = _sample(run, fmts, budget, per_config, seed, progress, done)
+        sampled = (_sample(run, fmts, budget, per_config, seed, progress, done)
+                   if time_kernels else 0)
     finally:
         torch.set_num_threads(old_threads)
     frame = validate(pd.DataFrame(run.rows), "measured rows")
@@ -480,7 +520,7 @@ def measure(
                 "csr_dtype": numerics.csr_dtype, "index_width_bytes":
                 numerics.index_width_bytes},
             "formats": [f.name for f in fmts], "batches": batch_list, "trace": trace.model,
-            "threads": threads}
+            "threads": threads, "kernels": time_kernels, "whole_models": bool(whole_models)}
     return MeasureResult(frame, budget.total_s, spent, trace_configs, sampled, prov)
 
 
@@ -557,6 +597,58 @@ def _time_whole_model(run: _Run, trace, batch: int, numerics) -> None:
                         "spread": (s["p90_s"] - s["min_s"]) / s["median_s"],
                         "sol_fraction": float(sol["latency_s"]) / s["median_s"]})
         run.rows.append(row)
+
+
+def whole_model_trace(trace, fmt):
+    """``trace`` with only the linears a CPU whole model runs sparse in ``fmt`` left prunable
+    (:func:`dse.measure.kernels_cpu.sparse_linear_applies`): what a sparse whole-model row of
+    ``dse measure`` measured, for its speed of light and its expectation."""
+    import workloads
+
+    from .kernels_cpu import sparse_linear_applies
+
+    records = trace.to_json()["ops"]
+    for r in records:
+        if r["prunable"] and not (r["kind"] == "linear"
+                                  and sparse_linear_applies(fmt, r["m"], r["k"])):
+            r["prunable"] = False
+    return workloads.Trace.from_records(trace.model, trace.input_shape, records,
+                                        provenance=dict(trace.provenance))
+
+
+def _time_whole_model_cpu(run: _Run, trace, batch: int, fmt, seed: int) -> None:
+    """One whole-model row (CPU): the trace's timm model, eager, fp32, at ``batch``; dense, or
+    with the linears ``fmt`` applies to on a torch sparse path (module docstring)."""
+    from .kernels_cpu import build_model
+
+    dense = fmt.family == "dense"
+    priced = trace if dense else whole_model_trace(trace, fmt)
+    row = _blank_row(run.base)
+    row.update({"source": "trace", "model": trace.model, "op": "(whole model)",
+                "kind": "model", "why": "the whole model of the trace", "family": "model",
+                "implementation": "torch_eager", "format": fmt.name,
+                "sparsity": 0.0 if dense else float(fmt.sparsity), "block": _block_of(fmt),
+                "batch": batch, "groups": 1, "dtype": "fp32", "cache": "warm"})
+    try:
+        kernel = build_model(trace.model, tuple(trace.input_shape), batch,
+                             None if dense else fmt, seed)
+    except Exception as exc:  # no timm, an unknown or custom model, out of memory
+        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[
+            :300]
+        run.rows.append(row)
+        return
+    timing = time_kernel(kernel.fn, run.method, threads=kernel.threads)
+    del kernel.fn  # the model and its input: free them before the next one is built
+    sol = evaluate(priced, run.hw, fmt, batches=batch, fusion="unfused", scope="all",
+                   numerics=run.numerics)
+    sol = sol[sol["format"] == fmt.name].iloc[0]
+    row.update(_timing_row(timing))
+    row.update({"kernel": kernel.kernel, "nnz": kernel.nnz, "index_dtype": kernel.index_dtype,
+                "rel_err": kernel.rel_err, "note": kernel.note, "hw": run.hw.name,
+                "sol_s": float(sol["latency_s"]), "sol_bound": str(sol["bound"]),
+                "flops": float(sol["flops"]), "bytes": float(sol["dram_bytes"]),
+                "sol_fraction": float(sol["latency_s"]) / timing.median_s})
+    run.rows.append(row)
 
 
 def _sample(run: _Run, fmts, budget: Budget, per_config: float, seed: int,
