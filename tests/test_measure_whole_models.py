@@ -18,9 +18,9 @@ timm = pytest.importorskip("timm")
 import formats  # noqa: E402
 import workloads  # noqa: E402
 from dse.calibrate.expected import expected_layers  # noqa: E402
-from dse.calibrate.predictor import load_predictors  # noqa: E402
+from dse.calibrate.predictor import load_predictors, reference_hardware  # noqa: E402
 from dse.calibrate.validate import whole_model_table, whole_model_variants  # noqa: E402
-from dse.cli.calibrate import _read_whole_models, _reference_hardware  # noqa: E402
+from dse.cli.calibrate import _read_whole_models  # noqa: E402
 from dse.cli.main import main  # noqa: E402
 from dse.measure import kernels_cpu  # noqa: E402
 from dse.measure.dataset import (  # noqa: E402
@@ -174,7 +174,7 @@ def cpu_predictors():
 
 
 def test_the_reference_spec_of_cpu_predictors_is_the_shipped_probe(cpu_predictors):
-    hw = _reference_hardware(cpu_predictors, ["cpu-amd-epyc-2c"])
+    hw = reference_hardware(cpu_predictors, ["cpu-amd-epyc-2c"])
     assert hw.name == cpu_predictors.reference_hw == "host"
     assert hw.tensor_rate("tf32") == pytest.approx(179658792769.2989)
     assert hw.dram_bandwidth_bytes_per_s == pytest.approx(37466210332.85731)
@@ -197,7 +197,7 @@ def test_measured_rows_round_trip_into_the_whole_model_table(measured, cpu_predi
     """The rows dse measure writes, renamed to shipped models and given latencies equal to the
     calibrated expectation (dense) and 1.25x it (sparse), come back with no dense error, a
     sparse error of 1 / 1.25 - 1 and the measured speedup as given."""
-    hw = _reference_hardware(cpu_predictors, ["cpu-amd-epyc-2c"])
+    hw = reference_hardware(cpu_predictors, ["cpu-amd-epyc-2c"])
     rows = whole_model_rows(measured.frame)
     rows = rows[rows["format"].isin(["dense", "block4@87.5%"]) & (rows["batch"] == 1)]
     models = ["convnext_tiny", "deit_small_patch16_224", "mixer_s16_224", "resnet50"]

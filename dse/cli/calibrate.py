@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..calibrate.predictor import CalibrationError, save_predictors
+from ..calibrate.predictor import CalibrationError, reference_hardware, save_predictors
 from ..calibrate.validate import (
     METHODS,
     calibrate,
@@ -109,31 +109,6 @@ def _read_whole_models(paths: list[Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _reference_hardware(predictors, sources: list[str]):
-    """The spec the predictors' fractions refer to: a catalog name, or a probed spec (a CPU's
-    ``host``) from the ``probe_spec_toml`` a dataset's provenance keeps."""
-    import tempfile
-
-    import accelerator_models
-
-    from ..measure.dataset import provenance
-
-    try:
-        return accelerator_models.load(predictors.reference_hw)
-    except Exception:  # not a catalog name: look for the probed spec in the provenance
-        pass
-    for source in sources:
-        text = provenance(source).get("probe_spec_toml")
-        if text:
-            with tempfile.TemporaryDirectory() as folder:
-                path = Path(folder) / f"{predictors.reference_hw}.toml"
-                path.write_text(text, encoding="utf-8")
-                return accelerator_models.load(str(path))
-    raise CalibrationError(f"{predictors.name}: the predictors refer to the spec "
-                           f"{predictors.reference_hw!r}, which is no catalog name, and no "
-                           "dataset keeps its probe (probe_spec_toml in the dataset's .json)")
-
-
 def _pct(value: float) -> str:
     return "-" if not np.isfinite(value) else f"{value:.0%}"
 
@@ -200,7 +175,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         predictors = calibrate(data, predictions, seed=args.seed)
         if name in whole:
             measured = _read_whole_models(whole[name])
-            hardware = _reference_hardware(predictors, names)
+            hardware = reference_hardware(predictors, names)
             table, context = whole_model_table(measured, predictors, hardware)
             _print_whole_models(name, table, context, measured)
             predictors = replace(predictors, context=context)
