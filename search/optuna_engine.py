@@ -61,7 +61,7 @@ from optuna.trial import TrialState
 from .problem import Problem
 from .scoring import pareto_mask
 from .space import CANDIDATES, HardwarePoint
-from .storage import LEASE_S, Storage, process_gone, worker_id
+from .storage import LEASE_S, Storage, gc_paused, process_gone, worker_id
 
 __all__ = ["design_table", "designs_frame", "distributions", "ensure", "holders", "label",
            "metric_names", "optuna_storage", "params_of", "quiet", "reclaim", "run_trials",
@@ -105,8 +105,9 @@ def optuna_storage(storage: Storage) -> optuna.storages.RDBStorage:
             kwargs["connect_args"] = {"timeout": 60}
         else:
             kwargs["pool_pre_ping"] = True
-        backend = _BACKENDS[storage] = optuna.storages.RDBStorage(storage.url,
-                                                                   engine_kwargs=kwargs)
+        with gc_paused():  # imports (Alembic's among them) and Optuna's schema
+            backend = _BACKENDS[storage] = optuna.storages.RDBStorage(storage.url,
+                                                                       engine_kwargs=kwargs)
     return backend
 
 
@@ -466,26 +467,35 @@ def design_table(problem: Problem, results: pd.DataFrame) -> pd.DataFrame:
     ``accuracy`` (mean), ``cost`` (the minimized field), the two constraints ``speed`` and
     ``accuracy_gap`` (NaN without a target), ``feasible`` and ``best_rank`` (the design's best
     rank over models and batches, NaN when it meets the target on none); best designs first."""
-    rows = results[_candidate_rows(problem, results)]
+    return _design_table(problem, results, np.flatnonzero(_candidate_rows(problem, results)))
+
+
+def _design_table(problem: Problem, results: pd.DataFrame, pick: np.ndarray) -> pd.DataFrame:
+    """:func:`design_table` of the rows ``pick`` (positions, in order) of ``results``: only the
+    columns it aggregates are read, never a copy of every column of millions of rows."""
+
+    def column(name: str, dtype: Any = np.float64, **kwargs: Any) -> np.ndarray:
+        return results[name].to_numpy(dtype=dtype, **kwargs)[pick]
+
     frame = pd.DataFrame({
-        "hw_point": rows["hw_point"].to_numpy(dtype=np.int64),
-        "format": pd.Categorical(rows["format"]),
-        "log_speedup": np.log(rows[problem.speed].to_numpy(dtype=np.float64)),
-        "accuracy": rows["accuracy"].to_numpy(dtype=np.float64),
-        "rank": rows["rank"].to_numpy(dtype=np.float64, na_value=np.nan)})
+        "hw_point": column("hw_point", np.int64),
+        "format": pd.Categorical(results["format"].iloc[pick]),
+        "log_speedup": np.log(column(problem.speed)),
+        "accuracy": column("accuracy"),
+        "rank": column("rank", na_value=np.nan)})
     frame["accuracy_missing"] = np.isnan(frame["accuracy"].to_numpy())
-    frame["fits"] = (rows["fits"].to_numpy(dtype=bool, na_value=True) if "fits" in rows
-                     else np.ones(len(rows), dtype=bool))
+    frame["fits"] = (column("fits", bool, na_value=True) if "fits" in results
+                     else np.ones(len(pick), dtype=bool))
     if problem.objective.per_row:
         # As objective_values: the geometric mean over models and batches (0 if one is 0).
         with np.errstate(divide="ignore"):
-            frame["cost"] = np.log(rows[problem.objective.column].to_numpy(dtype=np.float64))
+            frame["cost"] = np.log(column(problem.objective.column))
     elif problem.objective.column is not None:
-        frame["cost"] = rows[problem.objective.column].to_numpy(dtype=np.float64)
+        frame["cost"] = column(problem.objective.column)
     target = problem.target
     if target is not None:
-        frame["speed"] = target.ratio - rows["speedup_over_baseline"].to_numpy(dtype=np.float64)
-        frame["accuracy_gap"] = np.nan_to_num(rows["accuracy_drop"].to_numpy(dtype=np.float64),
+        frame["speed"] = target.ratio - column("speedup_over_baseline")
+        frame["accuracy_gap"] = np.nan_to_num(column("accuracy_drop"),
                                               nan=_UNKNOWN_DROP) - target.max_acc_drop
     groups = frame.groupby(["hw_point", "format"], sort=False, observed=True)
     table = groups.agg(log_speedup=("log_speedup", "mean"), accuracy=("accuracy", "mean"),
@@ -524,6 +534,29 @@ def design_table(problem: Problem, results: pd.DataFrame) -> pd.DataFrame:
                              na_position="last").reset_index(drop=True)
 
 
+def _contenders(problem: Problem, results: pd.DataFrame, candidate: np.ndarray,
+                hw_point: np.ndarray, codes: np.ndarray, top: int) -> pd.DataFrame:
+    """:func:`design_table` cut to the designs :func:`_chosen` can pick, with the same rows in
+    the same order for those: the designs that meet the target on some model and batch.
+
+    Every design ranked on some model and batch is one of them, and so is every feasible design
+    (it meets the target wherever its speed is known, and fits everywhere): so is the whole
+    Pareto front, and, when at least ``top`` designs are feasible, the ``top`` best (feasible
+    designs sort first; the designs' relative order is the full table's). With fewer feasible
+    designs the best include infeasible ones, and the table is built over every design."""
+    pick = np.flatnonzero(candidate)
+    if "meets_target" in results and len(pick) and codes.min() >= 0 and hw_point.min() >= 0:
+        n_codes = int(codes.max()) + 1
+        key = hw_point[pick] * n_codes + codes[pick].astype(np.int64)
+        meets = results["meets_target"].to_numpy(dtype=bool, na_value=False)[pick]
+        wanted = np.zeros(int(key.max()) + 1, dtype=bool)
+        wanted[key[meets]] = True
+        table = _design_table(problem, results, pick[wanted[key]])
+        if int(table["feasible"].sum()) >= top:
+            return table
+    return _design_table(problem, results, pick)
+
+
 def _chosen(problem: Problem, table: pd.DataFrame, top: int) -> pd.DataFrame:
     """The designs an exhaustive study records as trials: those ranked within ``top`` on some
     model and batch, the ``top`` best overall (the table's order), and, for the pareto
@@ -548,13 +581,18 @@ def write_designs(problem: Problem, storage: Storage, study: str, results: pd.Da
     objective the whole front; best first. A trial is one design on every model and batch,
     with the values, constraints and user attributes an Optuna-engine trial has (``best_rank``
     too). Returns how many trials the study holds; a study already written is left as it is."""
-    chosen = _chosen(problem, design_table(problem, results), max(1, top))
+    top = max(1, top)
+    candidate = _candidate_rows(problem, results)
+    hw_point = results["hw_point"].to_numpy(dtype=np.int64)
+    fmt = pd.Categorical(results["format"])
+    chosen = _chosen(problem, _contenders(problem, results, candidate, hw_point, fmt.codes, top),
+                     top)
     backend = optuna_storage(storage)
     # PostgreSQL studies may be finished by several processes at once: take the study lock.
     # A SQLite study's lock is a file beside it that exhaustive studies do not otherwise need;
     # two processes finishing one at the same moment meet at create_study instead.
     guard = storage.lock(study) if storage.backend == "postgresql" else contextlib.nullcontext()
-    with guard:
+    with guard, gc_paused():  # Optuna's ORM objects, all freed by reference count
         try:
             handle = optuna.load_study(study_name=study, storage=backend)
             if handle.user_attrs.get("designs") == len(chosen) and len(
@@ -571,16 +609,13 @@ def write_designs(problem: Problem, storage: Storage, study: str, results: pd.Da
         label(problem, handle, "exhaustive")
         points = list(problem.space.hardware_points())
         dists = distributions(problem)
-        candidates = results[_candidate_rows(problem, results)]
-        hw_point = candidates["hw_point"].to_numpy(dtype=np.int64)
-        fmt = pd.Categorical(candidates["format"])
         trials = []
         for design in chosen.itertuples(index=False):
-            # The design's rows by comparison, not a groupby over every row: a study may hold
-            # millions of rows for a handful of chosen designs.
+            # The design's rows by comparison, not a groupby over every row (nor a copy of the
+            # candidate rows): a study may hold millions of rows for a handful of chosen designs.
             code = fmt.categories.get_loc(str(design.format))
-            rows = candidates.iloc[np.flatnonzero((hw_point == design.hw_point)
-                                                  & (fmt.codes == code))]
+            at = np.flatnonzero(hw_point == design.hw_point)
+            rows = results.iloc[at[(fmt.codes[at] == code) & candidate[at]]]
             values, constraints = objective_values(problem, rows)
             trials.append(optuna.trial.create_trial(
                 params=params_of(problem, design.format, points[design.hw_point]),

@@ -41,7 +41,7 @@ import itertools
 import math
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -479,8 +479,7 @@ class HardwareBuilder:
         self.nm_patterns = tuple(nm_patterns)
         self._built: dict[tuple[int, tuple[Any, ...]], Accelerator] = {}
         # Check the bases build with the fixed overrides, naming the space on failure.
-        for i in range(len(self.flats)):
-            self._build(i, {})
+        self._bases = [self._build(i, {}) for i in range(len(self.flats))]
 
     def _value(self, field: str, value: Any, nm_patterns: Sequence[str]) -> Any:
         if field == "sparse_tensor.patterns" and value == CANDIDATES:
@@ -497,11 +496,44 @@ class HardwareBuilder:
         except SpecError as exc:
             raise SpaceError(str(exc)) from None
 
+    def _changed(self, base: int, values: Mapping[str, Any]) -> Accelerator | None:
+        """The base's accelerator with ``values`` put in place, when every knob is a number
+        that :func:`derive` would only parse and store (:data:`_DIRECT`; no check across
+        fields); None otherwise, or when a value is not valid (derive then says why). The same
+        accelerator derive builds, without parsing every field of the spec again (a search
+        builds thousands)."""
+        accelerator = self._bases[base]
+        changes: dict[str, Any] = {}
+        for field, value in values.items():
+            head, dot, tail = field.partition(".")
+            parser = FIELDS.get(field)
+            if parser is None or ((head not in _DIRECT_TABLES) if dot else (field not in _DIRECT)):
+                return None
+            try:
+                parsed = parser(value, field)
+            except SpecError:
+                return None
+            if dot:
+                table = changes.setdefault(head, dict(getattr(accelerator, head)))
+                table[tail] = parsed
+            else:
+                changes[field] = parsed
+        return replace(accelerator, **changes)
+
     def build(self, base: int, values: Sequence[Any]) -> Accelerator:
         """The accelerator of a hardware point (cached: every model of a search reuses it)."""
         key = (base, tuple(values))
         if key not in self._built:
-            self._built[key] = self._build(base, dict(zip((k.path for k in self.space.knobs),
-                                                          values, strict=True)))
+            changes = dict(zip((k.path for k in self.space.knobs), values, strict=True))
+            self._built[key] = self._changed(base, changes) or self._build(base, changes)
         return self._built[key]
+
+
+#: Knobs :meth:`HardwareBuilder._changed` sets directly: the numeric fields that are an
+#: Accelerator field of the same name and that no check relates to another field (the static
+#: and board power are checked together), and the per-dtype tables (``tensor_flops_per_s.fp16``).
+_DIRECT = frozenset(f for f in FIELDS if "." not in f) & {f.name for f in fields(Accelerator)} - {
+    "static_power_w", "board_power_w"}
+_DIRECT_TABLES = frozenset(f.split(".")[0] for f in FIELDS if "." in f) & {
+    f.name for f in fields(Accelerator)} - {"sparse_tensor", "block_sparse"}
 

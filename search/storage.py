@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import gc
 import json
 import math
 import os
@@ -219,6 +220,22 @@ def open_storage(url: str) -> Storage:
         raise StorageError(f"--storage {shown}: cannot connect ({_scrub(reason_text, parsed)})"
                            ) from None
     return Storage(url, engine)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector off while the block runs, then restore it: for blocks
+    that make many objects which all live on (imports, Optuna's schema) or all die by reference
+    count (result rows for the database). Their allocations would trigger full collections,
+    each a walk over every object of the process (some 200,000 once the imports are done: a
+    sixth of a second here), that find nothing to collect."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _plain(value: Any) -> Any:
@@ -498,6 +515,10 @@ class Storage:
     def write_results(self, study: str, frame: pd.DataFrame, knob_columns: list[str]) -> None:
         """Replace the study's rows in ``dse_results`` and ``dse_hw_points`` with ``frame``'s
         (a complete study's ranked results), in one transaction."""
+        with gc_paused():  # a tuple per row, none of them in a cycle
+            self._write_results(study, frame, knob_columns)
+
+    def _write_results(self, study: str, frame: pd.DataFrame, knob_columns: list[str]) -> None:
         rows = _result_records(study, frame)
         points = frame.drop_duplicates("hw_point")
         knobs = points[knob_columns].to_dict(orient="records") if knob_columns else (

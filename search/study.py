@@ -12,6 +12,7 @@ study, and a dead worker's work is redone without a manual ``--resume``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import os
@@ -19,8 +20,9 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -602,20 +604,44 @@ def collect(problem: Problem, storage: Storage, study: str, out: Path,
     ranked = results.iloc[hit].reset_index(drop=True)
     suffix = ".parquet" if request.results_format == "parquet" else ".csv"
     results_path, ranked_path = out / f"results{suffix}", out / f"ranked{suffix}"
-    write_table(results, results_path)
+    # The small table first (the writer's imports happen here), then every row in a thread
+    # while the study's database is written: Arrow encodes Parquet without holding the GIL.
     write_table(ranked, ranked_path)
-    # dse_results in the study's database: every design row of studies up to SQL_RESULTS_MAX
-    # rows; beyond, the ranked ones only (inserting costs ~20 s a million rows on SQLite, 4x
-    # a million-point search); results.parquet always holds every row.
-    in_sql = results if len(results) <= SQL_RESULTS_MAX else ranked
-    if storage.result_count(study) != len(in_sql):
-        storage.write_results(study, in_sql, problem.knob_columns)
-    if settings.engine == "exhaustive":
-        opt.write_designs(problem, storage, study, results, request.top)
-    else:  # studies created before their metric names were set get them now
-        opt.label(problem, opt.load(problem, storage, study, settings.seed), "optuna")
+    with _meanwhile(lambda: write_table(results, results_path)):
+        # dse_results in the study's database: every design row of studies up to
+        # SQL_RESULTS_MAX rows; beyond, the ranked ones only (inserting costs ~20 s a million
+        # rows on SQLite, 4x a million-point search); results.parquet always holds every row.
+        in_sql = results if len(results) <= SQL_RESULTS_MAX else ranked
+        if storage.result_count(study) != len(in_sql):
+            storage.write_results(study, in_sql, problem.knob_columns)
+        if settings.engine == "exhaustive":
+            opt.write_designs(problem, storage, study, results, request.top)
+        else:  # studies created before their metric names were set get them now
+            opt.label(problem, opt.load(problem, storage, study, settings.seed), "optuna")
     return SearchOutcome(study, storage.shown, out, settings.engine, results, ranked,
                          [results_path, ranked_path], counts=counts, problem=problem)
+
+
+@contextlib.contextmanager
+def _meanwhile(task: Callable[[], None]) -> Iterator[None]:
+    """Run ``task`` in a thread while the block runs; the block's end waits for it. The block's
+    error wins; without one, the task's is raised."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            task()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="search-results-writer")
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+    if failed:
+        raise failed[0]
 
 
 def _write_summary(outcome: SearchOutcome, request: SearchRequest) -> None:
