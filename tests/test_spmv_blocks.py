@@ -17,6 +17,7 @@ import workloads
 from dse.measure.errors import BenchError
 from dse.measure.spmv_blocks import (
     BLOCK_NNZ,
+    DATASETS_DIR,
     PrunedSpec,
     block_context,
     block_features,
@@ -182,8 +183,7 @@ def test_the_shipped_dataset_rebuilds_and_records_its_command():
     data = load_block_dataset("cpu-amd-epyc-2c")
     assert set(data.matrices["source"]) == {"bebop", "pruned"}
     assert len(data.matrices) > 1000 and (data.blocks["block_s"] > 0).all()
-    side = json.loads((load_block_dataset.__globals__["DATASETS_DIR"]
-                       / "cpu-amd-epyc-2c.json").read_text())
+    side = json.loads((DATASETS_DIR / "cpu-amd-epyc-2c.json").read_text())
     assert side["command"].startswith("dse bench spmv-blocks")
     small = data.matrices.sort_values("nnz").iloc[0].to_dict()
     assert build(small).nnz == small["nnz"]

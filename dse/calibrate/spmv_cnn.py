@@ -16,7 +16,6 @@ per-block and per-matrix relative errors, beside the seed's reported 0.5-14% per
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -400,9 +399,3 @@ def csr_predictor_times(matrices: pd.DataFrame, predictors, hardware) -> np.ndar
     features = predictors.features(frame)
     times, _ = family.predict_best_s(features, frame["sol_s"].to_numpy())
     return times
-
-
-def relative_range(values) -> tuple[float, float]:
-    """(min, max) of |values| for the report beside the seed's range."""
-    a = np.abs(np.asarray(values, dtype=float))
-    return (float(a.min()), float(a.max())) if a.size else (math.nan, math.nan)

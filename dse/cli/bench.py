@@ -196,7 +196,12 @@ def _cmd_spmv_blocks(args: argparse.Namespace) -> int:
 
     from ..measure.host import cpu_model, fingerprint
     from ..measure.spmv_bench import parse_duration
-    from ..measure.spmv_blocks import pruned_specs, run_block_benchmark, synthetic_specs
+    from ..measure.spmv_blocks import (
+        BLOCK_NNZ,
+        pruned_specs,
+        run_block_benchmark,
+        synthetic_specs,
+    )
     from ..output import check_output_path
 
     budget = parse_duration(args.budget)
@@ -224,7 +229,7 @@ def _cmd_spmv_blocks(args: argparse.Namespace) -> int:
         "command": args.command_line, "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "host": f"{cpu_model()} ({platform.machine()})", "fingerprint": fingerprint(),
         "matrices": int(len(data.matrices)), "skipped": int(data.skipped),
-        "blocks": int(len(data.blocks)), "block_nnz": 250, "repeats": args.repeats,
+        "blocks": int(len(data.blocks)), "block_nnz": BLOCK_NNZ, "repeats": args.repeats,
         "tsc_hz": float(data.matrices["tsc_hz"].median()),
         "instrumented_over_plain": float((data.matrices["instrumented_s"]
                                           / data.matrices["spmv_s"]).median()),

@@ -71,7 +71,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                              scope=d.scope, numerics=d.numerics)
             if expected is not None:
                 table = expected_designs(table, expected)
-            table = _with_energy_and_memory(table, trace, d)
+            table = with_energy_and_memory(table, trace, d)
             print(_design_table(table, trace))
             print(_energy_table(table))
         if expected is not None:
@@ -84,7 +84,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_energy_and_memory(table: pd.DataFrame, trace, d) -> pd.DataFrame:
+def with_energy_and_memory(table: pd.DataFrame, trace, d) -> pd.DataFrame:
     """The designs with energy, power (and the cap) and memory (peak, fits) columns."""
     layers = evaluate_layer_frames(trace, d.hardware, d.formats, d.batches, d.fusions,
                                    [d.scope], d.numerics)

@@ -18,13 +18,10 @@ from ..measure.dataset import load_dataset
 from ..measure.errors import DatasetError
 from ..output import write_table
 from ..roofline import (
-    energy_frame,
     evaluate,
-    evaluate_layer_frames,
     evaluate_layers,
-    memory_frame,
 )
-from .evaluate import fallback_summary
+from .evaluate import fallback_summary, with_energy_and_memory
 from .options import (
     Default,
     Parser,
@@ -254,18 +251,10 @@ def _comparison_text(frame: pd.DataFrame) -> str:
     return shown.to_string(index=False)
 
 
-def _with_energy_and_memory(frame: pd.DataFrame, trace, d) -> pd.DataFrame:
-    """``evaluate`` rows of ``trace`` with the energy and memory columns (as dse evaluate)."""
-    layers = evaluate_layer_frames(trace, d.hardware, d.formats, d.batches, d.fusions,
-                                   [d.scope], d.numerics)
-    frame = energy_frame(frame, layers, trace, d.hardware, d.numerics)
-    return memory_frame(frame, layers, trace, d.hardware, d.numerics)
-
-
 def _cmd_compare(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)], folders=[("--report", args.report)])
     d = design_from_args(args)
-    frame = pd.concat([_with_energy_and_memory(
+    frame = pd.concat([with_energy_and_memory(
         evaluate(t, d.hardware, d.formats, d.batches, fusion=d.fusions, scope=d.scope,
                  numerics=d.numerics), t, d) for t in d.traces], ignore_index=True)
     frame = frame.sort_values(["model", "batch", "format", "hardware"], kind="stable")

@@ -22,7 +22,7 @@ from ..calibrate.spmv_cnn import (
     train_spmv_cnn,
 )
 from ..measure.rapl import POWERCAP, available
-from ..measure.spmv_blocks import load_block_dataset, shipped_block_datasets
+from ..measure.spmv_blocks import drift_factor, load_block_dataset, shipped_block_datasets
 from ..output import check_output_path, write_atomic
 from .progress import StatusLine
 
@@ -115,8 +115,8 @@ def _validate(args, name: str, matrices: pd.DataFrame, blocks: pd.DataFrame, inp
         hardware = reference_hardware(predictors, [name])
         ordered = matrices.set_index("matrix").loc[per_matrix["matrix"]].reset_index()
         csr = csr_predictor_times(ordered, predictors, hardware)
-        corrected = per_matrix["predicted_s"] / (1 + per_matrix["rel_err"])  # drift-corrected
-        csr_err = csr / corrected.to_numpy() - 1
+        measured = ordered["spmv_s"].to_numpy() * drift_factor(ordered)  # drift-corrected
+        csr_err = csr / measured - 1
         rows.append(_row(f"CSR kernel predictor ({name})", error_summary(csr_err)))
         csr_note = (f"\nThe CSR kernel predictor of dse calibrate ({name}) learned scipy's and "
                     "torch's CSR SpMM on trace shapes, not this numba SpMV: its error includes "

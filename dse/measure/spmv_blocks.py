@@ -42,10 +42,11 @@ from numba.extending import intrinsic
 
 from .errors import BenchError
 from .spmv_kernels import csr_spmv
-from .spmv_matrices import MatrixSpec
+from .spmv_matrices import MatrixSpec, min_bandwidth
 
 __all__ = [
     "BLOCK_NNZ",
+    "DATASETS_DIR",
     "BLOCK_COLUMNS",
     "BlockDataset",
     "PrunedSpec",
@@ -254,7 +255,6 @@ def synthetic_specs(max_dim: int, seed: int = 0) -> list[MatrixSpec]:
 
 
 def _band(n: int, k: int, r: int, c: int, wanted: int) -> int:
-    from .spmv_matrices import min_bandwidth
     return max(wanted, min_bandwidth(n, k, r, c))
 
 
