@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 import accelerator_models
-from dse import evaluate
+from dse import Numerics, evaluate
 from dse.calibrate.expected import expected_designs, expected_layers
-from dse.calibrate.predictor import load_predictors
+from dse.calibrate.predictor import load_predictors, reference_hardware
 from dse.explore import EXPECTED_COLUMNS, Block, Calibrated, evaluate_grid
 from dse.roofline import evaluate_layers
 from search.errors import SearchError, SpaceError
@@ -119,6 +119,33 @@ def test_a_variant_of_the_device_carries_its_fraction_over(predictors):
     # A faster DRAM moves the bound and, through the carried fraction, the expectation.
     assert got["latency_s"].iloc[2] < got["latency_s"].iloc[0]
     assert got["expected_latency_s"].iloc[2] < got["expected_latency_s"].iloc[0]
+
+
+def test_cpu_predictors_own_probed_host_is_no_variant():
+    """The CPU predictors refer to the probed spec ``host`` (no catalog name): the calibrated
+    evaluator resolves it as ``dse calibrate`` does, so on that spec nothing is carried over,
+    and its numbers are `dse evaluate --calibrated`'s; a faster DRAM is a variant."""
+    cpu = load_predictors("cpu-amd-epyc-2c")
+    host = reference_hardware(cpu, ["cpu-amd-epyc-2c"])
+    assert host.name == cpu.reference_hw == "host"
+    faster = dataclasses.replace(host,
+                                 dram_bandwidth_bytes_per_s=4 * host.dram_bandwidth_bytes_per_s)
+    trace = load_trace("toy_hybrid")
+    numerics = Numerics(dtype="bf16", vector_dtype="fp32")
+    (got,) = evaluate_grid([Block(trace, (host, faster), ("block16@87.5%",))], [1],
+                           numerics=numerics, evaluator=Calibrated(cpu))
+    notes = got["calibration"].astype(str).to_numpy()
+    assert len(notes) == 4
+    assert all("carried over" not in n for n in notes[:2])
+    assert all("fraction carried over from host" in n for n in notes[2:])
+    assert (got["hardware"].astype(str) == "host").all()
+    layers = evaluate_layers(trace, host, ["block16@87.5%"], [1], fusion="unfused",
+                             numerics=numerics)
+    want = expected_designs(evaluate(trace, host, ["block16@87.5%"], [1], numerics=numerics),
+                            expected_layers(layers, trace, cpu))
+    assert list(notes[:2]) == list(want["calibration"].astype(str))
+    np.testing.assert_allclose(got["expected_latency_s"][:2], want["expected_latency_s"],
+                               rtol=1e-12)
 
 
 # --- scoring and ranking by a speed column ---------------------------------------------------

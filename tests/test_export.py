@@ -22,11 +22,30 @@ RECORD_COLUMNS = list(COLUMNS)
 
 
 def _meta_model(name: str, img_size: int | None = None):
+    """``name`` on the meta device with unfused attention (the flop counter sees its matmuls);
+    timm's process-wide switch is as it was afterwards (models read it when built)."""
+    before = timm.layers.config._USE_FUSED_ATTN
     timm.layers.set_fused_attn(False)
-    kwargs = {"img_size": img_size} if img_size else {}
-    with torch.device("meta"):
-        model = timm.create_model(name, pretrained=False, **kwargs)
+    try:
+        kwargs = {"img_size": img_size} if img_size else {}
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False, **kwargs)
+    finally:
+        timm.layers.config._USE_FUSED_ATTN = before
     return model.eval()
+
+
+@pytest.mark.parametrize("state", [0, 1, 2])
+def test_meta_model_leaves_timm_fused_attention_as_it_was(state):
+    before = timm.layers.config._USE_FUSED_ATTN
+    try:
+        timm.layers.config._USE_FUSED_ATTN = state
+        model = _meta_model("test_vit", 64)
+        assert timm.layers.config._USE_FUSED_ATTN == state
+        attention = [m for m in model.modules() if hasattr(m, "fused_attn")]
+        assert attention and not any(m.fused_attn for m in attention)
+    finally:
+        timm.layers.config._USE_FUSED_ATTN = before
 
 
 def _torch_macs(model, input_shape) -> float:

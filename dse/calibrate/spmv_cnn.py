@@ -23,14 +23,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..measure.spmv_blocks import (
-    BLOCK_NNZ,
-    CHANNELS,
-    block_context,
-    block_features,
-    build,
-    drift_factor,
-)
 from .predictor import MODELS_DIR, CalibrationError
 
 __all__ = ["BLOCKS_PER_MATRIX", "EPOCHS", "ESTIMATORS_DIR", "FORMAT_VERSION", "SEED_RANGE",
@@ -48,6 +40,14 @@ CONV_CHANNELS, KERNEL, HIDDEN = 12, 5, 32
 _DELTA_SCALE = 1.0 / 16.0  # log2 deltas of up to 2^16 columns land in [0, 1]
 
 Progress = Callable[[int, int], None]
+
+
+def _blocks():
+    """:mod:`dse.measure.spmv_blocks`, imported where it is used: it imports scipy and numba,
+    which importing this module (the command line builds ``dse --help`` with it) must not."""
+    from ..measure import spmv_blocks
+
+    return spmv_blocks
 
 
 @dataclass(frozen=True)
@@ -130,9 +130,10 @@ def _conv1d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
 
 def matrix_inputs(matrix) -> tuple[np.ndarray, np.ndarray]:
     """(features, context) of every block of a CSR matrix."""
-    features = block_features(matrix)
+    blocks = _blocks()
+    features = blocks.block_features(matrix)
     rows, cols = matrix.shape
-    return features, block_context(rows, cols, int(matrix.nnz))
+    return features, blocks.block_context(rows, cols, int(matrix.nnz))
 
 
 # --- training (torch) ---------------------------------------------------------------------
@@ -173,13 +174,14 @@ def block_inputs(matrices: pd.DataFrame, blocks: pd.DataFrame, per_matrix: int |
     feats, ctxs, targets, ids = [], [], [], []
     by_matrix = dict(tuple(blocks.groupby("matrix")))
     records = matrices.to_dict("records")
-    drift = drift_factor(matrices)
+    spmv_blocks = _blocks()
+    drift = spmv_blocks.drift_factor(matrices)
     for i, row in enumerate(records):
         measured = by_matrix[row["matrix"]]
         if per_matrix is not None and len(measured) > per_matrix:
             measured = measured.iloc[np.sort(rng.choice(len(measured), per_matrix,
                                                         replace=False))]
-        features, context = matrix_inputs(build(row))
+        features, context = matrix_inputs(spmv_blocks.build(row))
         index = measured["block"].to_numpy()
         feats.append(features[index])
         ctxs.append(context[index])
@@ -196,6 +198,7 @@ def _fit(features: np.ndarray, context: np.ndarray, target: np.ndarray, *, epoch
     torch = _require_torch()
     from torch import nn
 
+    channels = _blocks().CHANNELS
     torch.manual_seed(seed)
     mean = context.mean(axis=0).astype(np.float32)
     std = np.maximum(context.std(axis=0), 1e-3).astype(np.float32)
@@ -203,7 +206,7 @@ def _fit(features: np.ndarray, context: np.ndarray, target: np.ndarray, *, epoch
     class Net(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.conv1 = nn.Conv1d(CHANNELS, CONV_CHANNELS, KERNEL, padding=KERNEL // 2)
+            self.conv1 = nn.Conv1d(channels, CONV_CHANNELS, KERNEL, padding=KERNEL // 2)
             self.conv2 = nn.Conv1d(CONV_CHANNELS, CONV_CHANNELS, KERNEL, padding=KERNEL // 2)
             self.fc1 = nn.Linear(2 * CONV_CHANNELS + context.shape[1], HIDDEN)
             self.fc2 = nn.Linear(HIDDEN, 1)
@@ -258,9 +261,10 @@ def matrix_errors(estimator: SpmvCnn, matrices: pd.DataFrame, backend: str = "nu
     (``rel_err``, ``rel_err_instrumented``), and against the raw ``spmv_s``
     (``rel_err_raw``: the moment's speed of a shared machine included)."""
     out = []
-    drift = drift_factor(matrices)
+    spmv_blocks = _blocks()
+    drift = spmv_blocks.drift_factor(matrices)
     for i, row in enumerate(matrices.to_dict("records")):
-        predicted = estimator.predict_matrix(build(row), backend=backend)
+        predicted = estimator.predict_matrix(spmv_blocks.build(row), backend=backend)
         out.append({"matrix": row["matrix"], "predicted_s": predicted,
                     "rel_err": predicted / (row["spmv_s"] * drift[i]) - 1.0,
                     "rel_err_instrumented": predicted / (row["instrumented_s"] * drift[i])
@@ -345,7 +349,7 @@ def shipped_spmv_cnns() -> list[str]:
 
 def spmv_cnn_json(estimator: SpmvCnn) -> str:
     """The estimator as JSON text (weights as nested lists); the caller writes it."""
-    payload = {"format": FORMAT_VERSION, "block_nnz": BLOCK_NNZ,
+    payload = {"format": FORMAT_VERSION, "block_nnz": _blocks().BLOCK_NNZ,
                "weights": {k: v.tolist() for k, v in estimator.weights.items()},
                "context_mean": estimator.context_mean.tolist(),
                "context_std": estimator.context_std.tolist(),
@@ -367,9 +371,10 @@ def load_spmv_cnn(path_or_name: str | Path) -> SpmvCnn:
         payload = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise CalibrationError(f"{path}: not a readable estimator ({exc})") from None
-    if payload.get("format") != FORMAT_VERSION or payload.get("block_nnz") != BLOCK_NNZ:
+    block_nnz = _blocks().BLOCK_NNZ
+    if payload.get("format") != FORMAT_VERSION or payload.get("block_nnz") != block_nnz:
         raise CalibrationError(f"{path}: not a {FORMAT_VERSION} estimator with blocks of "
-                               f"{BLOCK_NNZ} nonzeros; train one with dse calibrate "
+                               f"{block_nnz} nonzeros; train one with dse calibrate "
                                "--estimator spmv-cnn")
     weights = {k: np.asarray(v, dtype=np.float32) for k, v in payload["weights"].items()}
     return SpmvCnn(weights, np.asarray(payload["context_mean"], dtype=np.float32),

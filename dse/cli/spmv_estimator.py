@@ -22,11 +22,19 @@ from ..calibrate.spmv_cnn import (
     train_spmv_cnn,
 )
 from ..measure.rapl import POWERCAP, available
-from ..measure.spmv_blocks import drift_factor, load_block_dataset, shipped_block_datasets
 from ..output import check_output_path, write_atomic
 from .progress import StatusLine
 
 __all__ = ["add_arguments", "run"]
+
+#: Where ``dse.measure.spmv_blocks`` keeps the shipped block datasets (its ``DATASETS_DIR``).
+_BLOCK_DATASETS_DIR = Path(__file__).resolve().parents[1] / "measure" / "datasets" / "spmv"
+
+
+def _shipped_block_datasets() -> list[str]:
+    """``dse.measure.spmv_blocks.shipped_block_datasets()`` without importing that module
+    (scipy and numba), which building ``dse --help`` must not."""
+    return sorted(p.stem for p in _BLOCK_DATASETS_DIR.glob("*.parquet"))
 
 
 def add_arguments(parser) -> None:
@@ -34,7 +42,7 @@ def add_arguments(parser) -> None:
                         help="kernels: the per-family kernel predictors (default); spmv-cnn: "
                              "the blockwise SpMV estimator, a 1D CNN over blocks of 250 "
                              "nonzeros, on datasets of dse bench spmv-blocks (shipped: "
-                             f"{', '.join(shipped_block_datasets()) or 'none'}); needs torch")
+                             f"{', '.join(_shipped_block_datasets()) or 'none'}); needs torch")
     parser.add_argument("--epochs", type=int, default=EPOCHS, metavar="E",
                         help=f"spmv-cnn training epochs (default {EPOCHS})")
     parser.add_argument("--folds", type=int, default=5, metavar="F",
@@ -50,6 +58,8 @@ def _row(label: str, summary: dict) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..measure.spmv_blocks import load_block_dataset, shipped_block_datasets
+
     if args.whole_models:
         raise CalibrationError("--whole-models compares kernel predictors; it does not go with "
                                "--estimator spmv-cnn")
@@ -94,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _validate(args, name: str, matrices: pd.DataFrame, blocks: pd.DataFrame, inputs) -> dict:
+    from ..measure.spmv_blocks import drift_factor
+
     meter = StatusLine("validated", "steps")
     per_block, per_matrix = cross_validate(matrices, inputs, folds=args.folds,
                                            epochs=args.epochs, seed=args.seed, progress=meter)

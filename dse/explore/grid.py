@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-import accelerator_models
-from accelerator_models import Accelerator, SpecError
+from accelerator_models import Accelerator
 from formats import Format
 from formats import parse as parse_format
 from workloads import Trace
 
 from ..calibrate.expected import expected_layers
-from ..calibrate.predictor import DevicePredictors
+from ..calibrate.predictor import CalibrationError, DevicePredictors, reference_hardware
 from ..roofline import DEFAULT_NUMERICS, Numerics, evaluate, evaluate_layers
 from ..roofline.evaluator import label_column
 from ..roofline.pricing import stack_formats
@@ -133,15 +132,20 @@ class Calibrated:
 
     def refine(self, frames: list[pd.DataFrame], blocks: Sequence[Block],
                numerics: Numerics) -> list[pd.DataFrame]:
-        reference = _reference_spec(self.predictors.reference_hw)
+        reference = _reference_spec(self.predictors)
         return [with_expected(frame, block, self.predictors, numerics, reference)
                 for frame, block in zip(frames, blocks, strict=True)]
 
 
-def _reference_spec(name: str) -> Accelerator | None:
+def _reference_spec(predictors: DevicePredictors) -> Accelerator | None:
+    """The spec the predictors were measured on, as ``dse calibrate`` resolves it
+    (:func:`~dse.calibrate.predictor.reference_hardware`): a catalog name, or the probed spec
+    (a CPU's ``host``) the training dataset's provenance keeps. None when neither is found:
+    then nothing equals it."""
+    sources = [s for s in (predictors.provenance.get("dataset"), predictors.name) if s]
     try:
-        return accelerator_models.load(name)
-    except SpecError:  # a device without a catalog spec (a CPU host): nothing equals it
+        return reference_hardware(predictors, list(dict.fromkeys(str(s) for s in sources)))
+    except CalibrationError:
         return None
 
 
@@ -183,9 +187,9 @@ def with_expected(frame: pd.DataFrame, block: Block, predictors: DevicePredictor
                   reference: Accelerator | None = None) -> pd.DataFrame:
     """``frame`` (``dse.evaluate`` rows of ``block``: one scope, any fusion models) with
     :data:`EXPECTED_COLUMNS` (see :class:`Calibrated`). ``reference``: the spec of the
-    predictors' device (loaded from the catalog when None)."""
+    predictors' device (resolved as ``dse calibrate`` does when None)."""
     if reference is None:
-        reference = _reference_spec(predictors.reference_hw)
+        reference = _reference_spec(predictors)
     scopes = pd.unique(frame["scope"].astype(object))
     if len(scopes) != 1:
         raise ValueError(f"with_expected takes rows of one scope, not {list(scopes)}")

@@ -1,0 +1,36 @@
+"""What building the command line imports: `dse --help` must not pull in the SpMV benchmark's
+scipy.sparse and numba kernels (dse.measure.spmv_blocks), scikit-learn or torch; the commands
+that need them import them when they run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from dse.cli.spmv_estimator import _shipped_block_datasets
+from dse.measure.spmv_blocks import shipped_block_datasets
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Imported by none of the parsers: each costs time on every `dse` call.
+NOT_FOR_HELP = ("scipy.sparse", "dse.measure.spmv_blocks", "dse.measure.spmv_kernels",
+                "dse.measure.spmv_matrices", "sklearn", "torch")
+
+
+def test_help_imports_no_spmv_benchmark_sklearn_or_torch():
+    code = ("import sys\n"
+            "from dse.cli import main\n"
+            "try:\n"
+            "    main(['--help'])\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            f"print('IMPORTED', [m for m in {NOT_FOR_HELP!r} if m in sys.modules])\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    assert "IMPORTED []" in out, out[-500:]
+
+
+def test_help_lists_the_shipped_block_datasets_without_importing_them():
+    """`dse calibrate --help` names the shipped block datasets from their folder, as
+    dse.measure.spmv_blocks lists them."""
+    assert _shipped_block_datasets() == shipped_block_datasets()
