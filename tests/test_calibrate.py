@@ -128,6 +128,45 @@ def test_training_rows_policy():
     assert rows.loc[8, "shape"] == "8x8x1"
 
 
+def test_training_rows_take_the_fastest_round_then_the_median_run():
+    frame = _dataset([
+        # run x: rounds 0..3, round 2 ran while the host was slow
+        *({"m": 8, "run_id": "x", "round": r, "median_s": t, "min_s": t}
+          for r, t in enumerate([1.1, 1.0, 1.6, 1.05])),
+        # run y: its fastest round is 1.4
+        *({"m": 8, "run_id": "y", "round": r, "median_s": t, "min_s": t}
+          for r, t in enumerate([1.4, 1.5])),
+        # run z: its fastest round is 2.0
+        {"m": 8, "run_id": "z", "round": 0, "median_s": 2.0, "min_s": 2.0},
+    ])
+    rows = training_rows(frame)
+    assert len(rows) == 1
+    assert rows.loc[0, "time_s"] == pytest.approx(1.4)  # median of 1.0, 1.4, 2.0
+    assert rows.loc[0, "runs"] == 3
+    assert rows.loc[0, "rounds"] == 7
+
+
+def test_noise_floor_of_rounds_by_value():
+    def kernel(m, times):
+        return [{"m": m, "run_id": "x", "round": r, "median_s": t, "min_s": t}
+                for r, t in enumerate(times)]
+
+    frame = _dataset([
+        *kernel(8, [1.0, 1.5, 1.02, 1.0]),    # halves: min(1.0, 1.02)=1.0 vs min(1.5, 1.0)=1.0
+        *kernel(16, [1.0, 1.3, 1.4, 1.2]),    # halves: 1.0 vs 1.2 -> 20%
+        *kernel(32, [1.0, 1.05]),             # two rounds: no halves, one round pair
+    ])
+    noise = noise_floor(frame)
+    assert noise["basis"] == "halves"
+    assert noise["pairs"] == 2
+    assert noise["share_over_10"] == 0.5
+    assert noise["median_diff"] == pytest.approx(0.1)
+    single = noise["rounds"]  # round 0 against round 1: 50%, 30%, 5%
+    assert single["pairs"] == 3
+    assert single["share_over_10"] == pytest.approx(2 / 3)
+    assert single["median_diff"] == pytest.approx(0.3)
+
+
 def test_folds_leave_whole_shapes_out():
     shapes = pd.Series(["a", "a", "b", "c", "c", "c", "d"] * 3)
     folds = _folds(shapes, seed=0, max_folds=3)
@@ -277,7 +316,7 @@ def test_evaluate_calibrated_adds_the_expectation(tmp_path, capsys):
 
 
 def test_fastest_implementation_is_predicted():
-    impl = len(FEATURES) - 1
+    impl = FEATURES.index("impl")
     # residual +1 (slower) for implementation 0, -1 (faster) for implementation 1
     trees = Trees(0.0, 1.0, ({"feature": [impl, -2, -2], "threshold": [0.5, -2.0, -2.0],
                               "left": [1, -1, -1], "right": [2, -1, -1],
@@ -318,3 +357,29 @@ def test_calibrate_command_trains_validates_and_ships(tmp_path, capsys):
     for fam in loaded.families.values():
         assert fam.validated["held_out_shapes"] == 4
         assert fam.validated["method"].split("/")[0] in ("fraction", "time")
+
+
+def test_warm_rows_are_their_own_configurations_and_a_feature():
+    frame = _dataset([
+        {"m": 8, "median_s": 2.0, "min_s": 2.0, "cache": "cold"},
+        {"m": 8, "median_s": 0.5, "min_s": 0.5, "cache": "warm"},
+    ])
+    rows = training_rows(frame).set_index("cache")
+    assert rows.loc["cold", "time_s"] == 2.0 and rows.loc["warm", "time_s"] == 0.5
+    x = feature_matrix(rows.reset_index(), units=2, tile=16)
+    warm = FEATURES.index("warm")
+    assert list(x[:, warm]) == [0.0, 1.0]
+
+
+def test_old_predictors_ignore_the_warm_feature():
+    # a tree over the first 14 features (made before `warm` existed) predicts the same
+    trees = Trees(0.0, 1.0, ({"feature": [0, -2, -2], "threshold": [1.0, -2.0, -2.0],
+                              "left": [1, -1, -1], "right": [2, -1, -1],
+                              "value": [0.0, 0.5, -0.5]},))
+    fam = FamilyPredictor("gemm", "fraction", 1e-6, 0.5, trees, 10, 3)
+    cold = np.zeros((2, len(FEATURES)))
+    cold[1, 0] = 2.0
+    warm = cold.copy()
+    warm[:, FEATURES.index("warm")] = 1.0
+    np.testing.assert_array_equal(fam.predict_best_s(cold, np.ones(2))[0],
+                                  fam.predict_best_s(warm, np.ones(2))[0])

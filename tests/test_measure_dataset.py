@@ -54,7 +54,14 @@ def test_cpu_dataset_covers_every_prunable_shape():
     name = next(n for n in shipped_datasets() if n.startswith("cpu-"))
     frame = load_dataset(name)
     prov = provenance(name)
-    assert prov["command"].startswith("dse measure --model convnext_tiny")
+    # joined runs: each keeps its own dse measure command; the join says how it was made
+    assert "join_kernels.py" in prov["command"]
+    commands = [run["command"] for run in prov["runs"].values()]
+    assert any(c.startswith("dse measure --model convnext_tiny") for c in commands)
+    assert all(c.startswith("dse measure --model") for c in commands)
+    assert set(frame["run_id"]) == {f"{run['facts']['device_name']}:{run['facts']['date']}:"
+                                    f"{run['trace']}" for run in prov["runs"].values()}
+    assert {"cold", "warm"} <= set(frame["cache"]) and frame["round"].max() == 3
     trace = frame[frame["source"] == "trace"]
     ops = workloads.load_trace("convnext_tiny").ops
     shapes = ops[ops["prunable"]][["m", "k", "n", "groups"]].drop_duplicates()

@@ -179,9 +179,10 @@ def test_measure_covers_the_trace_and_spends_the_budget_by_arithmetic(host_toml,
     clock = TickClock(1.0)
     done = []
     result = measure("toy_hybrid", host_toml, ["block4@87.5%", "unstructured@90%"], [1, 2],
-                     budget_s=20, clock=clock, method=FAST, threads=1,
+                     budget_s=20, clock=clock, method=FAST, threads=1, rounds=1,
                      progress=lambda d, t: done.append((d, t)))
     assert result.sampled_configs == 6
+    assert set(result.frame["round"]) == {0}
     frame = result.frame
     sampled = frame[frame["source"] == "sample"]
     assert sampled["why"].str.len().min() > 0
@@ -205,3 +206,46 @@ def test_measure_covers_the_trace_and_spends_the_budget_by_arithmetic(host_toml,
 
     assert len(load_dataset(out)) == len(frame)
     assert provenance(out)["command"] == "dse measure --model toy_hybrid"
+
+
+def test_rounds_time_every_configuration_again_and_share_the_budget(host_toml):
+    # Same clock as above; 3 rounds: the first round's share is 60 / 3 = 20 s, so sampling
+    # stops as it does with a 20 s budget and one round (6 configurations); rounds 1 and 2
+    # then time every trace and sampled configuration again, whatever the budget says.
+    clock = TickClock(1.0)
+    done = []
+    result = measure("toy_hybrid", host_toml, ["block4@87.5%", "unstructured@90%"], [1],
+                     budget_s=60, clock=clock, method=FAST, threads=1, rounds=3,
+                     progress=lambda d, t: done.append((d, t)))
+    assert result.sampled_configs == 6
+    assert result.provenance["rounds"] == 3
+    timed = result.frame[result.frame["error"] == ""]
+    kernel = ["source", "op", "family", "implementation", "format", "m", "k", "n", "groups",
+              "batch"]
+    first = timed[timed["round"] == 0].set_index(kernel).index
+    for later in (1, 2):
+        again = timed[timed["round"] == later].set_index(kernel).index
+        assert sorted(again) == sorted(first)
+    # shape fallbacks are said once, not timed again
+    assert set(result.frame.loc[result.frame["error"] != "", "round"]) <= {0}
+    assert done[-1][0] == done[-1][1]
+
+
+def test_rounds_refuse_nonsense(host_toml):
+    with pytest.raises(MeasureError, match="--rounds"):
+        measure("toy_hybrid", host_toml, [], [1], budget_s=1, rounds=0)
+
+
+def test_warm_times_trace_shapes_and_vector_ops_again_without_the_flush(host_toml):
+    clock = TickClock(1.0)
+    result = measure("toy_hybrid", host_toml, ["block4@87.5%"], [1], budget_s=8, clock=clock,
+                     method=FAST, threads=1, rounds=1, warm=True)
+    timed = result.frame[result.frame["error"] == ""]
+    kernel = ["source", "op", "family", "implementation", "format", "m", "k", "n", "groups"]
+    trace = timed[timed["source"] == "trace"]
+    cold = trace[trace["cache"] == "cold"].set_index(kernel).index
+    warm = trace[trace["cache"] == "warm"].set_index(kernel).index
+    assert len(cold) and sorted(cold) == sorted(warm)
+    assert {"vector", "dense", "block"} <= set(trace.loc[trace["cache"] == "warm", "family"])
+    assert set(timed.loc[timed["source"] == "sample", "cache"]) <= {"cold"}
+    assert result.provenance["caches"] == ["cold", "warm"]

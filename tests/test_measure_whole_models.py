@@ -65,7 +65,7 @@ def tiny_trace(tmp_path_factory):
 def measured(tiny_trace, host_toml):
     trace, _ = tiny_trace
     return measure(trace, host_toml, FORMATS, [1, 2], whole_models=True, kernels=False,
-                   method=FAST, threads=1)
+                   method=FAST, threads=1, rounds=1)
 
 
 def _converted(trace, text: str) -> int:
@@ -144,7 +144,7 @@ def test_nothing_to_measure_is_refused(host_toml):
 
 def test_a_model_timm_cannot_build_is_an_error_row(host_toml):
     result = measure("toy_hybrid", host_toml, [], [1], whole_models=True, kernels=False,
-                     method=FAST, threads=1)
+                     method=FAST, threads=1)  # 4 rounds: the error is said once
     (row,) = result.frame.itertuples()
     assert row.family == "model" and row.error and np.isnan(row.median_s)
     assert len(whole_model_rows(result.frame)) == 1
@@ -155,7 +155,7 @@ def test_the_command_writes_the_table_beside_the_dataset(tiny_trace, host_toml, 
     _, path = tiny_trace
     out = tmp_path / "tiny.parquet"
     assert main(["measure", "--model", path, "--hw", host_toml, "--format", "block4@87.5%",
-                 "--batch", "1", "--threads", "1", "--whole-models-only",
+                 "--batch", "1", "--threads", "1", "--whole-models-only", "--rounds", "1",
                  "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "whole models" in text and "wrote 2 whole-model rows" in text

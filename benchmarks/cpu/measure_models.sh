@@ -5,16 +5,21 @@
 # median_s,...) for
 #   dse calibrate --validate --whole-models cpu-amd-epyc-2c=benchmarks/cpu/results/models_measurements.csv
 # results/host.toml is the probe the shipped cpu-amd-epyc-2c dataset and predictors refer to.
-# Run from the repository root with dse on the PATH: sh benchmarks/cpu/measure_models.sh RUN
-# (RUN names the folder of this run's datasets under results/; the joined CSV holds every run)
+# Run from the repository root with dse on the PATH:
+#   sh benchmarks/cpu/measure_models.sh RUN [ROUNDS]
+# (RUN names the folder of this run's datasets under results/; the joined CSV holds every run;
+# ROUNDS, default 2, times every model that many times, minutes apart: dse measure --rounds.
+# run1 and run2 were made before --rounds existed: one round each.)
 set -e
 out=benchmarks/cpu/results
 run_dir=$out/${1:-run1}
+rounds=${2:-2}
 hw=$out/host.toml
 mkdir -p $run_dir
 run() {  # file stem, model, then --batch/--format options
     stem=$1; model=$2; shift 2
-    dse measure --model "$model" --hw $hw --whole-models-only --wait-idle 120 "$@" \
+    dse measure --model "$model" --hw $hw --whole-models-only --wait-idle 120 \
+        --rounds $rounds "$@" \
         --out $run_dir/$stem.parquet
 }
 # linears dominate: dense and block4@87.5% (every linear it applies to as torch BSR), b 1, 8

@@ -4,6 +4,8 @@
 Every op with work gets an expected kernel time from the predictor of its family on the
 calibrated device; a design's expected latency is the sum over its ops (kernels as they exist
 run one op at a time, so the expectation is an unfused one whatever the bound's fusion model).
+Ops are priced warm, as inside a model (the op before has just written their input), where
+the device's predictors learned warm timings.
 A family the device has no data for is priced explicitly and says so in ``calibration``:
 convolutions by the GEMM predictor, a block size by the nearest measured one, anything else by
 its bound plus the device's launch floor (``"none for vector on h100-sxm: bound + launch
@@ -28,10 +30,10 @@ __all__ = ["expected_designs", "expected_layers", "op_configs"]
 _GEMM_KINDS = ("linear", "conv", "matmul")
 
 
-def op_configs(layers: pd.DataFrame, trace) -> pd.DataFrame:
+def op_configs(layers: pd.DataFrame, trace, cache: str = "warm") -> pd.DataFrame:
     """Per row of ``evaluate_layers`` (unfused): the kernel it runs (``family``, ``key``) and
     the configuration the predictors see (m, k, n in all, groups, sparsity, block, flops,
-    bytes, kind, sol_s)."""
+    bytes, kind, sol_s, cache)."""
     ops = trace.ops.set_index("name")
     op = ops.loc[layers["op"].to_numpy()]
     batch = layers["batch"].to_numpy()
@@ -58,7 +60,7 @@ def op_configs(layers: pd.DataFrame, trace) -> pd.DataFrame:
         "n": np.where(gemm, op["n"].to_numpy() * batch, op["output_elems"].to_numpy() * batch),
         "groups": groups, "sparsity": sparsity, "block": block,
         "flops": layers["flops"].to_numpy(dtype=float), "bytes": layers["dram_bytes"].to_numpy(),
-        "sol_s": layers["time_s"].to_numpy(dtype=float)})
+        "sol_s": layers["time_s"].to_numpy(dtype=float), "cache": cache})
     vector_flops = op["vector_flops"].to_numpy(dtype=float) * batch
     out.loc[~gemm, "flops"] = vector_flops[~gemm]
     out["key"] = [family_key(f, k, g, b) for f, k, g, b in zip(
@@ -82,13 +84,17 @@ def _resolve(key: str, predictors: DevicePredictors) -> tuple[FamilyPredictor | 
     return None, f"none for {key} on {dev}: bound + launch floor used"
 
 
-def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors) -> pd.DataFrame:
+def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
+                    cache: str = "warm") -> pd.DataFrame:
     """``layers`` (``evaluate_layers``, unfused, of ``trace``) with ``expected_s`` (the
-    expected kernel time, s: the fastest implementation measured on the device),
+    expected kernel time, s: the fastest implementation measured on the device; ``cache``
+    ``warm``, the default, prices each op as it runs inside a model, after the op before it,
+    where the device has warm timings (``dse measure --warm``; a predictor without them
+    ignores the feature), ``cold`` as an isolated kernel after a cache flush),
     ``fraction_of_sol`` (``time_s / expected_s``), ``predictor`` (``device:key:target``),
     ``kernel`` (that implementation), ``validated_rmspe`` (held-out RMSPE of that predictor) and
     ``calibration`` (how the op was priced when not by its own family's predictor)."""
-    config = op_configs(layers, trace)
+    config = op_configs(layers, trace, cache)
     x = predictors.features(config)
     expected = np.zeros(len(config))
     names = np.full(len(config), "-", dtype=object)

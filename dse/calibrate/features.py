@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["FEATURES", "KEYS", "TILE", "family_key", "feature_matrix", "kind_code",
-           "training_rows"]
+__all__ = ["FEATURES", "IMPL", "KEYS", "TILE", "family_key", "feature_matrix", "kind_code",
+           "training_rows", "usable_rows"]
 
 #: Predictor keys: one predictor per (device, key).
 KEYS = ("gemm", "conv", "grouped_conv", "nm", "block", "csr", "vector")  # block: block{b}
@@ -19,9 +19,15 @@ TILE = {"cuda": 128, "cpu": 16}
 
 #: Feature columns, in matrix order. Logs are natural logs of positive values (1 added to
 #: counts that may be 0). ``waves``: tiles / compute units; ``wave_eff``: useful share of the
-#: last wave; ``pad_eff``: useful share of the tile-padded output.
+#: last wave; ``pad_eff``: useful share of the tile-padded output; ``warm``: 1 for a kernel
+#: timed without the cache flush (``dse measure --warm``), as inside a model, else 0 (added
+#: last, so predictors trained before it keep their feature indices).
 FEATURES = ("log_m", "log_k", "log_n", "log_groups", "sparsity", "block", "log_flops",
-            "log_bytes", "log_intensity", "log_waves", "wave_eff", "pad_eff", "kind", "impl")
+            "log_bytes", "log_intensity", "log_waves", "wave_eff", "pad_eff", "kind", "impl",
+            "warm")
+
+#: Column of the implementation code (set per implementation when predicting the fastest).
+IMPL = FEATURES.index("impl")
 
 _KINDS = {"linear": 0, "conv": 1, "matmul": 2, "norm": 3, "activation": 4, "elementwise": 5,
           "softmax": 6, "reduce": 7, "pool": 8}
@@ -70,13 +76,28 @@ def feature_matrix(frame: pd.DataFrame, units: int, tile: int) -> np.ndarray:
     kinds = frame["kind"].map(kind_code).to_numpy(dtype=float) if "kind" in frame \
         else np.zeros(len(frame))
     impl = frame["impl"].to_numpy(dtype=float) if "impl" in frame else np.zeros(len(frame))
+    warm = (frame["cache"].astype(str) == "warm").to_numpy(dtype=float) if "cache" in frame \
+        else np.zeros(len(frame))
     return np.column_stack([
         np.log1p(m), np.log1p(k), np.log1p(n), np.log(groups),
         np.nan_to_num(frame["sparsity"].to_numpy(dtype=float)),
         frame["block"].to_numpy(dtype=float),
         np.log(flops), np.log(moved), np.log(flops / moved), np.log(waves), wave_eff,
-        np.clip(pad_eff, 0.0, 1.0), kinds, impl,
+        np.clip(pad_eff, 0.0, 1.0), kinds, impl, warm,
     ])
+
+
+def usable_rows(dataset: pd.DataFrame) -> pd.DataFrame:
+    """The kernel timings predictors may learn from (:func:`training_rows` says which and
+    why), before repeats are merged."""
+    rows = dataset[(dataset["error"] == "") & (dataset["family"] != "model")]
+    rows = rows[rows["idle"].fillna(True).astype(bool)]
+    rows = rows[rows["median_s"] <= 1.5 * rows["min_s"]]
+    rows = rows[~rows["implementation"].str.contains("algsearch")]
+    # Frames built by hand may lack the run columns: one run, one round, cold caches.
+    rows = rows.assign(**{c: v for c, v in (("run_id", ""), ("round", 0), ("cache", "cold"))
+                          if c not in rows.columns})
+    return rows.assign(cache=rows["cache"].astype(str).replace("", "cold"))
 
 
 def training_rows(dataset: pd.DataFrame) -> pd.DataFrame:
@@ -86,21 +107,28 @@ def training_rows(dataset: pd.DataFrame) -> pd.DataFrame:
     and that is not the kernel's own time; rows whose median exceeds 1.5x their minimum (a
     transient stall the timing could not hide) dropped; implementations that search
     algorithms per shape (cuSPARSELt's ``algsearch``) left out, since a library call does not;
-    repeats of one implementation and configuration merged (median). Adds ``key``
+    repeats of one implementation and configuration merged: the fastest round of a run (the
+    rounds of ``dse measure --rounds``, minutes apart, see :mod:`dse.measure.measure`: a round
+    that ran while the shared host was slow is not the kernel's time), then the median over
+    runs. Adds ``key``
     (:func:`family_key`), ``shape`` (the weight matrix: ``m x k x groups``; a vector op's kind
     and size), ``time_s`` and ``impl`` (the implementation's index in its family's sorted
     list)."""
-    rows = dataset[(dataset["error"] == "") & (dataset["family"] != "model")]
-    rows = rows[rows["idle"].fillna(True).astype(bool)]
-    rows = rows[rows["median_s"] <= 1.5 * rows["min_s"]]
-    rows = rows[~rows["implementation"].str.contains("algsearch")].copy()
+    rows = usable_rows(dataset)
     rows["sparsity"] = rows["sparsity"].fillna(0.0)
     rows["key"] = [family_key(f, k, g, b) for f, k, g, b in zip(
         rows["family"], rows["kind"], rows["groups"], rows["block"], strict=True)]
-    config = ["key", "format", "kind", "m", "k", "n", "groups", "sparsity", "block"]
-    out = rows.groupby(config + ["implementation"], as_index=False, observed=True).agg(
+    config = ["key", "format", "kind", "m", "k", "n", "groups", "sparsity", "block", "cache"]
+    kernel = config + ["implementation"]
+    rounds = rows.groupby(kernel + ["run_id", "round"], as_index=False, observed=True).agg(
+        median_s=("median_s", "median"), sol_s=("sol_s", "first"), flops=("flops", "first"),
+        bytes=("bytes", "first"))
+    runs = rounds.groupby(kernel + ["run_id"], as_index=False, observed=True).agg(
+        median_s=("median_s", "min"), sol_s=("sol_s", "first"), flops=("flops", "first"),
+        bytes=("bytes", "first"), rounds=("round", "size"))
+    out = runs.groupby(kernel, as_index=False, observed=True).agg(
         time_s=("median_s", "median"), sol_s=("sol_s", "first"), flops=("flops", "first"),
-        bytes=("bytes", "first"), runs=("median_s", "size"))
+        bytes=("bytes", "first"), runs=("median_s", "size"), rounds=("rounds", "sum"))
     out["implementation"] = out["implementation"].astype(str)
     out["impl"] = 0
     for _, group in out.groupby("key"):

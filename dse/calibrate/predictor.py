@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .features import feature_matrix
+from .features import IMPL, feature_matrix
 
 __all__ = ["CalibrationError", "DevicePredictors", "FamilyPredictor", "Trees", "fit_family",
            "fit_physical", "load_predictors", "reference_hardware", "save_predictors",
@@ -48,14 +49,17 @@ class Trees:
     rate: float
     trees: tuple[dict, ...]
 
+    @cached_property
+    def _arrays(self) -> tuple[tuple[np.ndarray, ...], ...]:
+        """Each tree's lists as arrays, made once (a search predicts thousands of times)."""
+        return tuple((np.asarray(t["feature"]), np.asarray(t["threshold"], dtype=float),
+                      np.asarray(t["left"]), np.asarray(t["right"]),
+                      np.asarray(t["value"], dtype=float)) for t in self.trees)
+
     def predict(self, x: np.ndarray) -> np.ndarray:
         out = np.full(len(x), self.init, dtype=float)
         rows = np.arange(len(x))
-        for tree in self.trees:
-            feature = np.asarray(tree["feature"])
-            threshold = np.asarray(tree["threshold"], dtype=float)
-            left, right = np.asarray(tree["left"]), np.asarray(tree["right"])
-            value = np.asarray(tree["value"], dtype=float)
+        for feature, threshold, left, right, value in self._arrays:
             node = np.zeros(len(x), dtype=int)
             for _ in range(64):
                 inner = left[node] >= 0
@@ -115,11 +119,21 @@ class FamilyPredictor:
         """The fastest of the family's implementations per row (what a user would pick):
         (expected time, implementation name)."""
         names = self.implementations or ("",)
+        sol_s = np.broadcast_to(np.asarray(sol_s, dtype=float), (len(features),))
+        # Hardware points of a search share every feature (the speed of light is not one):
+        # the trees see each distinct configuration once.
+        unique, inverse = np.unique(np.asarray(features, dtype=float), axis=0,
+                                    return_inverse=True)
+        inverse = inverse.reshape(-1)
+        physical = self.physical_s(sol_s)
         times = []
         for code in range(len(names)):
-            x = np.array(features, dtype=float, copy=True)
-            x[:, -1] = code
-            times.append(self.predict_s(x, sol_s))
+            x = unique.copy()
+            x[:, IMPL] = code
+            learned = (self.residual.predict(x) if self.residual is not None
+                       else np.zeros(len(x)))[inverse]
+            times.append(np.exp(learned) if self.target == "time"
+                         else physical * np.exp(learned))
         times = np.array(times).reshape(len(names), len(features))
         best = np.argmin(times, axis=0)
         return times[best, np.arange(len(features))], np.array(names, dtype=object)[best]

@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from .features import TILE, feature_matrix, training_rows
+from .features import TILE, feature_matrix, training_rows, usable_rows
 from .predictor import CalibrationError, DevicePredictors, fit_family
 
 __all__ = ["DeviceRows", "best_of", "calibrate", "choose_methods", "cross_validate",
@@ -31,7 +31,7 @@ __all__ = ["DeviceRows", "best_of", "calibrate", "choose_methods", "cross_valida
 TARGETS = ("fraction", "time")
 VARIANTS = ("impl", "best")
 METHODS = tuple(f"{t}/{v}" for v in VARIANTS for t in TARGETS)
-_CONFIG = ["key", "format", "kind", "m", "k", "n", "groups", "sparsity", "block"]
+_CONFIG = ["key", "format", "kind", "m", "k", "n", "groups", "sparsity", "block", "cache"]
 
 
 class DeviceRows:
@@ -221,10 +221,18 @@ def validation_table(predictions: pd.DataFrame, chosen: dict[str, str],
             "rmspe_bound": error_summary(group["sol_s"], group["time_s"])["rmspe"],
         })
     table = pd.DataFrame(records)
-    total = {"device": device, "family": "all", "method": "-",
-             "shapes": int(predictions["shape"].nunique()),
-             **error_summary(_chosen_column(predictions, chosen), predictions["time_s"])}
-    return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
+    chosen_s = _chosen_column(predictions, chosen)
+    totals = [{"device": device, "family": "all", "method": "-",
+               "shapes": int(predictions["shape"].nunique()),
+               **error_summary(chosen_s, predictions["time_s"])}]
+    caches = predictions["cache"].astype(str) if "cache" in predictions else None
+    if caches is not None and caches.nunique() > 1:  # cold and warm timings: each apart too
+        for cache in sorted(caches.unique()):
+            part = (caches == cache).to_numpy()
+            totals.append({"device": device, "family": f"all {cache}", "method": "-",
+                           "shapes": int(predictions.loc[part, "shape"].nunique()),
+                           **error_summary(chosen_s[part], predictions.loc[part, "time_s"])})
+    return pd.concat([table, pd.DataFrame(totals)], ignore_index=True)
 
 
 def speedup_summary(predictions: pd.DataFrame, chosen: dict[str, str],
@@ -234,7 +242,7 @@ def speedup_summary(predictions: pd.DataFrame, chosen: dict[str, str],
     within +-10/25%, and how often the prediction is on the same side of 1x as the
     measurement (``sign``)."""
     rows = predictions.assign(pred=_chosen_column(predictions, chosen))
-    config = ["kind", "m", "k", "n", "groups"]
+    config = ["kind", "m", "k", "n", "groups", "cache"]
     dense = rows[rows["format"] == "dense"].set_index(config)[["time_s", "pred"]]
     records = []
     for key, group in rows[rows["format"] != "dense"].groupby("key"):
@@ -253,20 +261,64 @@ def speedup_summary(predictions: pd.DataFrame, chosen: dict[str, str],
     return pd.DataFrame(records)
 
 
-def noise_floor(dataset: pd.DataFrame) -> dict[str, float]:
-    """How often two measurements of the same kernel (implementation and configuration) in
-    the dataset differ by more than 10% (of the smaller): pairs, share, median difference."""
-    rows = dataset[(dataset["error"] == "") & (dataset["family"] != "model")]
-    config = ["implementation", "format", "kind", "m", "k", "n", "groups"]
+def _differences(groups, pair: Callable[[pd.DataFrame], tuple[float, float] | None]) -> dict:
     diffs = []
-    for _, group in rows.groupby(config, observed=True):
-        if len(group) >= 2:
-            t = np.sort(group["median_s"].to_numpy())
-            diffs.append(t[-1] / t[0] - 1.0)
+    for _, group in groups:
+        times = pair(group)
+        if times is not None:
+            low, high = sorted(times)
+            diffs.append(high / low - 1.0)
     d = np.array(diffs)
     return {"pairs": int(len(d)),
             "share_over_10": float(np.mean(d > 0.10)) if len(d) else np.nan,
             "median_diff": float(np.median(d)) if len(d) else np.nan}
+
+
+def noise_floor(dataset: pd.DataFrame) -> dict:
+    """How often two measurements of the same kernel (implementation and configuration) differ
+    by more than 10% (of the smaller): ``pairs``, ``share_over_10``, ``median_diff``, among the
+    rows calibration may use (:func:`~dse.calibrate.features.usable_rows`).
+
+    Which two measurements: where runs have 4 or more rounds (``dse measure --rounds``), the
+    fastest of the even rounds against the fastest of the odd rounds of the same run, each the
+    estimator calibration learns from (:func:`~dse.calibrate.features.training_rows`) on half
+    the rounds, so an upper bound of its noise (``basis`` "halves"); else the slowest against
+    the fastest of all the kernel's measurements (``basis`` "repeats"). ``rounds``: the same
+    numbers for one round against another (rounds 0 and 1 of a run), what a single timing of
+    the kernel would give; absent without rounds."""
+    rows = usable_rows(dataset)
+    config = ["implementation", "format", "kind", "m", "k", "n", "groups", "cache"]
+    most_rounds = int(rows.groupby(config + ["run_id"], observed=True)["round"].nunique().max()
+                      ) if len(rows) else 0
+    if most_rounds >= 4:
+        def halves(group: pd.DataFrame):
+            per_round = group.groupby("round")["median_s"].median()
+            if len(per_round) < 4:
+                return None
+            even = per_round[per_round.index % 2 == 0]
+            odd = per_round[per_round.index % 2 == 1]
+            return float(even.min()), float(odd.min())
+
+        out = {**_differences(rows.groupby(config + ["run_id"], observed=True), halves),
+               "basis": "halves"}
+    else:
+        def extremes(group: pd.DataFrame):
+            if len(group) < 2:
+                return None
+            return float(group["median_s"].min()), float(group["median_s"].max())
+
+        out = {**_differences(rows.groupby(config, observed=True), extremes),
+               "basis": "repeats"}
+    if most_rounds >= 2:
+        def first_two(group: pd.DataFrame):
+            per_round = group.groupby("round")["median_s"].median()
+            if not {0, 1} <= set(per_round.index):
+                return None
+            return float(per_round[0]), float(per_round[1])
+
+        out["rounds"] = _differences(rows.groupby(config + ["run_id"], observed=True),
+                                     first_two)
+    return out
 
 
 def calibrate(data: DeviceRows, predictions: pd.DataFrame, seed: int = 0) -> DevicePredictors:

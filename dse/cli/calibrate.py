@@ -136,9 +136,20 @@ def _print_validation(table: pd.DataFrame, speedups: pd.DataFrame, noise: dict) 
                               "sign": "same side of 1x", "measured_faster": "measured >1x"})
         print("predicted speedup over dense on the same held-out shape:")
         print(s.to_string(index=False))
-    print(f"noise floor: {noise['pairs']} repeated kernel measurements, "
-          f"{_pct(noise['share_over_10'])} differ by more than 10% "
-          f"(median difference {_pct(noise['median_diff'])})")
+    if noise["basis"] == "halves":
+        print(f"noise floor: {noise['pairs']} kernels timed in 4 or more rounds; the fastest "
+              f"of the even rounds and of the odd rounds differ by more than 10% in "
+              f"{_pct(noise['share_over_10'])} (median difference "
+              f"{_pct(noise['median_diff'])}; calibration takes the fastest of all rounds)")
+    else:
+        print(f"noise floor: {noise['pairs']} repeated kernel measurements, "
+              f"{_pct(noise['share_over_10'])} differ by more than 10% "
+              f"(median difference {_pct(noise['median_diff'])})")
+    if "rounds" in noise:
+        single = noise["rounds"]
+        print(f"  one round against another: {_pct(single['share_over_10'])} of "
+              f"{single['pairs']} kernels differ by more than 10% (median difference "
+              f"{_pct(single['median_diff'])})")
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:

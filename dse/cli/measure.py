@@ -44,6 +44,17 @@ def add_parsers(commands) -> None:
     mp.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
                     help="first wait up to this long for other processes to leave the cores "
                          "alone (default 0)")
+    mp.add_argument("--rounds", type=positive_int, metavar="N",
+                    help="time every configuration N times, once a round, minutes apart "
+                         "(default 4 on the CPU, whose speed changes for seconds at a time on "
+                         "a shared host, 1 on CUDA); calibration takes each kernel's fastest "
+                         "round. Sampling stops when the first round has spent 1/N of "
+                         "--budget")
+    mp.add_argument("--warm", action="store_true",
+                    help="also time every trace shape and vector op without the cache flush "
+                         "(rows with cache = warm): inputs and weights stay in the caches "
+                         "from the previous call, as activations do inside a model; sampled "
+                         "configurations stay cold")
     mp.add_argument("--seed", type=int, default=0, help="weights and sampling seed (default 0)")
     mp.add_argument("--no-vector-ops", action="store_true",
                     help="time only the GEMM-like kernels, not the trace's norms, activations "
@@ -80,7 +91,8 @@ def _cmd_measure(args: argparse.Namespace) -> int:
                          "measured", "whole models" if args.whole_models_only else "kernels"),
                      threads=args.threads, vector_ops=not args.no_vector_ops,
                      whole_models=whole, wait_idle_s=args.wait_idle, seed=args.seed,
-                     kernels=not args.whole_models_only)
+                     kernels=not args.whole_models_only, rounds=args.rounds,
+                     warm=args.warm)
     print(result.summary_text())
     out = write_dataset(result, args.out, args.command_line)
     print(f"wrote {len(result.frame)} rows to {out} and provenance to {out.with_suffix('.json')}")

@@ -40,13 +40,13 @@ class Budget:
     """Seconds ``total_s`` from the first reading of ``clock``."""
 
     def __init__(self, total_s: float, clock: Callable[[], float] = time.perf_counter,
-                 error: type[ValueError] = ValueError):
+                 error: type[ValueError] = ValueError, start: float | None = None):
         if not (isinstance(total_s, int | float) and math.isfinite(total_s) and total_s > 0):
             raise error(f"--budget {total_s!r}: the budget must be a positive duration, "
                         "e.g. --budget 5m")
         self.total_s = float(total_s)
         self.clock = clock
-        self.start = clock()
+        self.start = clock() if start is None else start  # given: a share of a running budget
 
     def spent(self) -> float:
         return self.clock() - self.start

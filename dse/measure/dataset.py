@@ -78,6 +78,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "warmup": ("int64", "untimed calls before the timed repeats"),
     "repeats": ("int64", "timed repeats"),
     "stable": ("boolean", "median settled within the tolerance before a cap"),
+    "round": ("int64", "round of the run (dse measure --rounds times every configuration once "
+              "a round, minutes apart); 0 for the first, and in datasets made before rounds"),
     "min_s": ("float64", "fastest repeat, s"),
     "median_s": ("float64", "median repeat, s"),
     "p90_s": ("float64", "90th percentile repeat, s"),
@@ -106,7 +108,14 @@ def shipped_datasets() -> list[str]:
     return sorted(p.stem for p in DATASETS_DIR.glob("*.parquet"))
 
 
+#: Columns added to the schema after datasets were shipped, with the value older files mean.
+_ADDED = {"round": 0}
+
+
 def _coerce(frame: pd.DataFrame, where: str) -> pd.DataFrame:
+    older = [c for c in _ADDED if c not in frame.columns]
+    if older:
+        frame = frame.assign(**{c: _ADDED[c] for c in older})
     missing = [c for c in SCHEMA if c not in frame.columns]
     if missing:
         raise DatasetError(f"{where}: missing column {missing[0]!r} (schema "

@@ -13,6 +13,28 @@ spent, by ``clock``) covers the next one, estimated as the slowest of the last t
 configurations (or the mean trace shape before any). Library code: it never prints; progress
 goes through ``progress(done, total)``.
 
+Rounds (``rounds``; default 4 on the CPU, 1 on CUDA): every configuration of the first round
+(trace shapes, vector ops, whole models, sampled configurations) is timed again in each later
+round, in a shuffled order, so its timings lie minutes apart; each row carries its ``round``.
+Why: a shared CPU host changes speed for seconds at a time (the same 2-thread GEMM measured
+5.6 ms or 8.8 ms, in runs of seconds each; a single-threaded CSR product 21 ms or 33 ms, at other
+times), so one round's median is right or ~1.6x slow by the luck of when it ran, and two rounds
+of the same kernel differed by more than 10% in 30-60% of pairs; the minimum over rounds of the
+round medians is the machine's own speed with high probability (min of 2 rounds: 4% of GEMM
+pairs over 10%). Calibration takes that minimum (:func:`dse.calibrate.features.training_rows`).
+The sampler stops when the first round has spent ``budget_s / rounds``; the later rounds always
+run to the end, so the run takes about the budget (more when the trace's own shapes alone take
+more than their share).
+
+Warm timings (``warm``): each trace shape and vector op is also timed without the flush, its
+inputs and weights left in the caches by the previous call. Inside a model an op reads the
+activations the op before it just wrote, and on a virtual machine a cold start costs far more
+than the bytes: after a flush the page-table walks are cold too (two-dimensional under nested
+paging), so on this project's CPU VM a 150k-element GELU took 223 us cold and 30 us warm, a
+96x384x196 GEMM 231 us and 89 us, a small scipy CSR product 240 us and 100 us; at 1 ms the two
+differ by 15%. Cold rows are the isolated kernel the roofline's DRAM traffic assumes; warm rows
+are nearer what the kernel costs inside a model.
+
 Whole models (``whole_models``; always on CUDA, asked for on the CPU): the trace's timm model
 itself, eval mode, at the trace's input size and each batch, timed by the same method with warm
 caches (no flush between forward passes): on CUDA eager and as a CUDA graph
@@ -47,6 +69,7 @@ from .timing import Timing, TimingMethod, time_kernel
 
 __all__ = [
     "Budget",
+    "DEFAULT_ROUNDS",
     "DEVICE_FAMILIES",
     "MeasureError",
     "MeasureResult",
@@ -63,6 +86,10 @@ DEFAULT_METHOD = TimingMethod()
 
 DEVICE_FAMILIES = {"cpu": ("dense", "block", "unstructured"),
                    "cuda": ("dense", "nm", "block", "unstructured")}
+
+#: Rounds per configuration unless asked (module docstring): GPU event timers are repeatable
+#: within a run; a shared CPU host is not.
+DEFAULT_ROUNDS = {"cpu": 4, "cuda": 1}
 
 
 # --- inputs -----------------------------------------------------------------------------------
@@ -171,6 +198,10 @@ class MeasureResult:
         best implementation of each shape)."""
         return worst_shapes(self.frame, per_family)
 
+    def _rounds_text(self) -> str:
+        rounds = int(self.provenance.get("rounds", 1))
+        return f", each timed in {rounds} rounds" if rounds > 1 else ""
+
     def summary_text(self) -> str:
         """The summary ``dse measure`` prints."""
         f = self.frame
@@ -178,8 +209,8 @@ class MeasureResult:
         lines = [
             f"measured {len(f)} kernel rows ({len(ok)} timed, {len(f) - len(ok)} not run) on "
             f"{f['device_name'].iloc[0] if len(f) else '?'}: {self.trace_configs} trace "
-            f"configurations, {self.sampled_configs} sampled; {self.spent_s:.0f} s of a "
-            f"{self.budget_s:.0f} s budget",
+            f"configurations, {self.sampled_configs} sampled"
+            f"{self._rounds_text()}; {self.spent_s:.0f} s of a {self.budget_s:.0f} s budget",
         ]
         not_idle = int((ok["idle"] == False).sum())  # noqa: E712 (nullable boolean)
         if not_idle:
@@ -335,8 +366,10 @@ class _Run:
     kernels: dict
     rows: list = field(default_factory=list)
 
-    def time_gemm(self, case, source: dict, sol: Callable[[object], tuple] | None) -> int:
-        """Measure every implementation of the case's family; append one row each."""
+    def time_gemm(self, case, source: dict, sol: Callable[[object], tuple] | None,
+                  caches: tuple[str, ...] = ("cold",)) -> int:
+        """Measure every implementation of the case's family; append one row each and cache
+        state (``cold``: the last-level cache flushed before every call; ``warm``: not)."""
         from . import kernels_cpu
 
         if self.device == "cuda":
@@ -347,33 +380,39 @@ class _Run:
             built = kernels_cpu.build_gemm(case, self.kernels[case.fmt.family])
             measure_one = None
         for impl, kernel in built.items():
-            row = _blank_row(self.base)
-            row.update(source)
-            row.update({"family": case.fmt.family, "implementation": impl,
-                        "format": case.fmt.name, "sparsity": float(case.fmt.sparsity),
-                        "block": _block_of(case.fmt), "m": case.m, "k": case.k,
-                        "n": case.n, "groups": case.groups, "batch": case.batch,
-                        "cache": "cold"})
-            if isinstance(kernel, Exception):
-                row.update({"error": f"{type(kernel).__name__}: "
-                                     f"{str(kernel).splitlines()[0] if str(kernel) else ''}"[:300],
-                            "dtype": "fp32" if self.device == "cpu" else "fp16"})
-                self.rows.append(row)
-                continue
-            timing = time_kernel(kernel.fn, self.method, threads=kernel.threads,
-                                 before=self.flush, measure_one=measure_one)
-            row.update(_timing_row(timing))
-            row.update({"kernel": kernel.kernel, "nnz": kernel.nnz, "dtype": kernel.dtype,
-                        "index_dtype": kernel.index_dtype, "rel_err": kernel.rel_err,
-                        "note": "; ".join(p for p in (source.get("note", ""), kernel.note)
-                                          if p)})
-            if sol is not None:
-                time_s, bound, flops, dram = sol(case)
-                row.update({"hw": self.hw.name, "sol_s": time_s, "sol_bound": bound,
-                            "flops": flops, "bytes": dram,
-                            "sol_fraction": time_s / timing.median_s})
-            self.rows.append(row)
+            for cache in caches if not isinstance(kernel, Exception) else caches[:1]:
+                self._time_built(case, source, sol, impl, kernel, cache, measure_one)
         return len(built)
+
+    def _time_built(self, case, source, sol, impl, kernel, cache, measure_one) -> None:
+        """One row: ``impl`` of ``case`` timed at one cache state."""
+        row = _blank_row(self.base)
+        row.update(source)
+        row.update({"family": case.fmt.family, "implementation": impl,
+                    "format": case.fmt.name, "sparsity": float(case.fmt.sparsity),
+                    "block": _block_of(case.fmt), "m": case.m, "k": case.k,
+                    "n": case.n, "groups": case.groups, "batch": case.batch,
+                    "cache": cache})
+        if isinstance(kernel, Exception):
+            row.update({"error": f"{type(kernel).__name__}: "
+                                 f"{str(kernel).splitlines()[0] if str(kernel) else ''}"[:300],
+                        "dtype": "fp32" if self.device == "cpu" else "fp16"})
+            self.rows.append(row)
+            return
+        timing = time_kernel(kernel.fn, self.method, threads=kernel.threads,
+                             before=self.flush if cache == "cold" else None,
+                             measure_one=measure_one)
+        row.update(_timing_row(timing))
+        row.update({"kernel": kernel.kernel, "nnz": kernel.nnz, "dtype": kernel.dtype,
+                    "index_dtype": kernel.index_dtype, "rel_err": kernel.rel_err,
+                    "note": "; ".join(p for p in (source.get("note", ""), kernel.note)
+                                      if p)})
+        if sol is not None:
+            time_s, bound, flops, dram = sol(case)
+            row.update({"hw": self.hw.name, "sol_s": time_s, "sol_bound": bound,
+                        "flops": flops, "bytes": dram,
+                        "sol_fraction": time_s / timing.median_s})
+        self.rows.append(row)
 
 
 def _block_of(fmt) -> int:
@@ -409,6 +448,8 @@ def measure(
     wait_idle_s: float = 0.0,
     seed: int = 0,
     kernels: bool = True,
+    rounds: int | None = None,
+    warm: bool = False,
 ) -> MeasureResult:
     """Measure real kernels for ``trace`` (a Trace or shipped name) on ``device`` and price them
     on ``hw`` (an Accelerator, a catalog name or a spec path, e.g. the ``dse hw probe`` file).
@@ -419,9 +460,16 @@ def measure(
     row). ``whole_models``: also time the trace's whole timm model (module docstring; default:
     on CUDA only). ``kernels=False``: time the whole models only (no kernel shapes, no
     sampling). ``wait_idle_s``: first wait up to that long for other processes to leave the
-    cores alone (counted in the budget). Raises :class:`MeasureError` for input it cannot use.
+    cores alone (counted in the budget). ``rounds``: times each configuration is timed, spread
+    over the run (module docstring; default :data:`DEFAULT_ROUNDS`). ``warm``: also time
+    every trace shape and vector op without the cache flush (rows with ``cache = "warm"``;
+    sampled configurations stay cold). Raises
+    :class:`MeasureError` for input it cannot use.
     """
     budget = Budget(budget_s, clock, MeasureError)  # refuses budget <= 0 first: it costs nothing
+    rounds = DEFAULT_ROUNDS.get(device, 1) if rounds is None else rounds
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise MeasureError(f"--rounds {rounds!r}: give a whole number of rounds, 1 or more")
     trace, hw, batch_list = _inputs(trace, hw, batches, device)
     fmts = _formats(formats, device)
     numerics = _numerics(device, hw)
@@ -448,6 +496,7 @@ def measure(
     torch.set_num_threads(threads)
     try:
         base, facts = _run_base(device, trace.model)
+        base["round"] = 0
         run = _Run(device, hw, numerics, method, _Flush(device), base, kernels)
         dense = formats_pkg.parse("dense")
         all_fmts = [dense, *fmts]
@@ -457,12 +506,12 @@ def measure(
         vec = _distinct_vector_ops(trace) if vector_ops and time_kernels else pd.DataFrame()
         model_fmts = ([dense, *[f for f in fmts if f.family in ("block", "unstructured")]]
                       if device == "cpu" else [dense]) if whole_models else []
-        total = len(batch_list) * (len(shapes) * len(all_fmts) + len(vec) + len(model_fmts))
-        done = 0
-        trace_started = clock()
+        caches = ("cold", "warm") if warm else ("cold",)
+        # One job per configuration of the first round: each later round calls them again.
+        jobs: list[Callable[[], object]] = []
         for batch in batch_list:
             layers = evaluate_layers(trace, hw, all_fmts, batches=batch, fusion="unfused",
-                                         scope="all", numerics=numerics)
+                                     scope="all", numerics=numerics)
             sols = {f.name: sol_from_layers(layers[layers["format"] == f.name])
                     for f in all_fmts}
             for shape in shapes.itertuples(index=False):
@@ -484,32 +533,44 @@ def measure(
                                     f"K={shape.k} cannot take {fmt.name}; the layer stays "
                                     "dense (see the dense rows)"})
                         run.rows.append(row)
+                        jobs.append(None)  # nothing to time again; counted for progress
                     else:
                         op_sol = sols[fmt.name][shape.op]
-                        run.time_gemm(case, source, lambda _c, s=op_sol: s)
-                    done += 1
-                    if progress is not None:
-                        progress(done, total)
+                        jobs.append(lambda c=case, src=source, s=op_sol:
+                                    run.time_gemm(c, src, lambda _c: s, caches))
             for op in vec.itertuples(index=False):
-                _time_vector(run, op, batch, sols["dense"].get(op.op), trace)
-                done += 1
-                if progress is not None:
-                    progress(done, total)
+                jobs.append(lambda o=op, b=batch, s=sols["dense"].get(op.op):
+                            _time_vector(run, o, b, s, trace, caches))
             if device == "cuda" and whole_models:
-                _time_whole_model(run, trace, batch, numerics)
-                done += 1
-                if progress is not None:
-                    progress(done, total)
+                jobs.append(lambda b=batch: _time_whole_model(run, trace, b, numerics))
             elif whole_models:
                 for fmt in model_fmts:
-                    _time_whole_model_cpu(run, trace, batch, fmt, seed)
-                    done += 1
-                    if progress is not None:
-                        progress(done, total)
-        trace_configs = done
-        per_config = (clock() - trace_started) / max(1, done)
-        sampled = (_sample(run, fmts, budget, per_config, seed, progress, done)
-                   if time_kernels else 0)
+                    jobs.append(lambda b=batch, f=fmt: _time_whole_model_cpu(run, trace, b, f,
+                                                                             seed))
+        trace_configs = len(jobs)
+        total = rounds * trace_configs
+        trace_started = clock()
+        for done, job in enumerate(jobs, 1):
+            if job is not None and not _timed_any(run, job):
+                jobs[done - 1] = None  # it could not run: said once, not again each round
+            if progress is not None:
+                progress(done, total)
+        per_config = (clock() - trace_started) / max(1, trace_configs)
+        # The trace's shapes count in the first round's share.
+        first_round = Budget(budget.total_s / rounds, clock, MeasureError, start=budget.start)
+        sampled = (_sample(run, fmts, first_round, per_config, seed, jobs, progress,
+                           trace_configs, rounds) if time_kernels else 0)
+        jobs = [job for job in jobs if job is not None]
+        done = trace_configs + sampled
+        total = done + (rounds - 1) * len(jobs)
+        for later in range(1, rounds):
+            run.base["round"] = later
+            order = np.random.default_rng(seed + later).permutation(len(jobs))
+            for i in order:
+                jobs[int(i)]()
+                done += 1
+                if progress is not None:
+                    progress(done, total)
     finally:
         torch.set_num_threads(old_threads)
     frame = validate(pd.DataFrame(run.rows), "measured rows")
@@ -520,8 +581,16 @@ def measure(
                 "csr_dtype": numerics.csr_dtype, "index_width_bytes":
                 numerics.index_width_bytes},
             "formats": [f.name for f in fmts], "batches": batch_list, "trace": trace.model,
-            "threads": threads, "kernels": time_kernels, "whole_models": bool(whole_models)}
+            "threads": threads, "kernels": time_kernels, "whole_models": bool(whole_models),
+            "rounds": rounds, "caches": list(caches)}
     return MeasureResult(frame, budget.total_s, spent, trace_configs, sampled, prov)
+
+
+def _timed_any(run: _Run, job: Callable[[], object]) -> bool:
+    """Run ``job``; whether any row it added was timed (not an error)."""
+    before = len(run.rows)
+    job()
+    return any(row["error"] == "" for row in run.rows[before:])
 
 
 def _trace_case(shape, fmt, batch: int, geo, seed: int):
@@ -531,17 +600,10 @@ def _trace_case(shape, fmt, batch: int, geo, seed: int):
                     batch, geo, seed)
 
 
-def _time_vector(run: _Run, op, batch: int, sol, trace) -> None:
+def _time_vector(run: _Run, op, batch: int, sol, trace,
+                 caches: tuple[str, ...] = ("cold",)) -> None:
     from .kernels_cpu import VectorCase, build_vector
 
-    row = _blank_row(run.base)
-    row.update({"source": "trace", "model": trace.model, "op": op.op, "kind": op.kind,
-                "why": "a vector op of the trace", "family": "vector",
-                "implementation": "torch_vector" if run.device == "cpu" else "torch_cuda_vector",
-                "format": "dense", "n": int(op.output_elems) * batch, "groups": 1,
-                "batch": batch,
-                "dtype": "fp32" if run.device == "cpu" else "fp16", "cache": "cold",
-                "note": f"{op.count} ops share this shape" if op.count > 1 else ""})
     case = VectorCase(op.kind, op.op, int(op.input_elems) * batch,
                       int(op.output_elems) * batch, int(op.weight_elems), batch)
     if run.device == "cuda":
@@ -551,21 +613,33 @@ def _time_vector(run: _Run, op, batch: int, sol, trace) -> None:
     else:
         kernel = build_vector(case)
         measure_one = None
-    if kernel is None:
-        row["error"] = f"no kernel for a {op.kind} op of these sizes"
+    for cache in caches if kernel is not None else caches[:1]:
+        row = _blank_row(run.base)
+        row.update({"source": "trace", "model": trace.model, "op": op.op, "kind": op.kind,
+                    "why": "a vector op of the trace", "family": "vector",
+                    "implementation": "torch_vector" if run.device == "cpu"
+                    else "torch_cuda_vector",
+                    "format": "dense", "n": int(op.output_elems) * batch, "groups": 1,
+                    "batch": batch,
+                    "dtype": "fp32" if run.device == "cpu" else "fp16", "cache": cache,
+                    "note": f"{op.count} ops share this shape" if op.count > 1 else ""})
+        if kernel is None:
+            row["error"] = f"no kernel for a {op.kind} op of these sizes"
+            run.rows.append(row)
+            return
+        timing = time_kernel(kernel.fn, run.method, threads=kernel.threads,
+                             before=run.flush if cache == "cold" else None,
+                             measure_one=measure_one)
+        row.update(_timing_row(timing))
+        row["kernel"] = kernel.kernel
+        row["note"] = "; ".join(p for p in (row["note"], kernel.note) if p)
+        if sol is not None:
+            time_s, bound, _flops, dram = sol
+            vflops = float(trace.ops.loc[trace.ops["name"] == op.op, "vector_flops"].iloc[0]
+                           ) * batch
+            row.update({"hw": run.hw.name, "sol_s": time_s, "sol_bound": bound,
+                        "flops": vflops, "bytes": dram, "sol_fraction": time_s / timing.median_s})
         run.rows.append(row)
-        return
-    timing = time_kernel(kernel.fn, run.method, threads=kernel.threads, before=run.flush,
-                         measure_one=measure_one)
-    row.update(_timing_row(timing))
-    row["kernel"] = kernel.kernel
-    row["note"] = "; ".join(p for p in (row["note"], kernel.note) if p)
-    if sol is not None:
-        time_s, bound, _flops, dram = sol
-        vflops = float(trace.ops.loc[trace.ops["name"] == op.op, "vector_flops"].iloc[0]) * batch
-        row.update({"hw": run.hw.name, "sol_s": time_s, "sol_bound": bound, "flops": vflops,
-                    "bytes": dram, "sol_fraction": time_s / timing.median_s})
-    run.rows.append(row)
 
 
 def _time_whole_model(run: _Run, trace, batch: int, numerics) -> None:
@@ -651,9 +725,25 @@ def _time_whole_model_cpu(run: _Run, trace, batch: int, fmt, seed: int) -> None:
     run.rows.append(row)
 
 
+def _time_sample(run: _Run, case, source: dict) -> None:
+    """Time a sampled configuration and price its rows (their speed of light is not known
+    from the trace's layers)."""
+    before = len(run.rows)
+    run.time_gemm(case, source, None)
+    new = pd.DataFrame(run.rows[before:])
+    ok = new["error"] == ""
+    if ok.any():
+        priced = sol_columns(new[ok], run.hw, run.numerics.dtype, run.numerics.vector_dtype,
+                             run.numerics.csr_dtype)
+        for offset, (_, row) in zip(np.flatnonzero(ok.to_numpy()), priced.iterrows(),
+                                    strict=True):
+            run.rows[before + int(offset)] = row.to_dict()
+
+
 def _sample(run: _Run, fmts, budget: Budget, per_config: float, seed: int,
-            progress, done: int) -> int:
-    """Adaptive sampling until the budget is spent; returns the configurations measured."""
+            jobs: list, progress, done: int, rounds: int) -> int:
+    """Adaptive sampling until the budget is spent; returns the configurations measured and
+    appends to ``jobs`` one job per configuration that times it again."""
     from .kernels_cpu import GemmCase
     from .sampling import AdaptiveSampler
 
@@ -675,21 +765,15 @@ def _sample(run: _Run, fmts, budget: Budget, per_config: float, seed: int,
         started = budget.clock()
         case = GemmCase(config.m, config.k, config.n, config.groups, config.format(), 1, None,
                         seed + 1000 + count)
-        before = len(run.rows)
-        run.time_gemm(case, {"source": "sample", "kind": "linear" if config.groups == 1
-                             else "conv", "why": config.why}, None)
-        new = pd.DataFrame(run.rows[before:])
-        ok = new["error"] == ""
-        if ok.any():
-            priced = sol_columns(new[ok], run.hw, run.numerics.dtype, run.numerics.vector_dtype,
-                                 run.numerics.csr_dtype)
-            for offset, (_, row) in zip(np.flatnonzero(ok.to_numpy()), priced.iterrows(),
-                                        strict=True):
-                run.rows[before + int(offset)] = row.to_dict()
+        source = {"source": "sample", "kind": "linear" if config.groups == 1 else "conv",
+                  "why": config.why}
+        job = (lambda c=case, src=source: _time_sample(run, c, src))
+        if _timed_any(run, job):
+            jobs.append(job)
         costs.append(budget.clock() - started)
         count += 1
         if progress is not None:
-            progress(done + count, done + count + len(pending))
+            progress(done + count, rounds * (done + count + len(pending)))
     return count
 
 
