@@ -383,3 +383,69 @@ def test_old_predictors_ignore_the_warm_feature():
     warm[:, FEATURES.index("warm")] = 1.0
     np.testing.assert_array_equal(fam.predict_best_s(cold, np.ones(2))[0],
                                   fam.predict_best_s(warm, np.ones(2))[0])
+
+
+def _random_tree(rng, features: int, depth: int) -> dict:
+    tree = {"feature": [], "threshold": [], "left": [], "right": [], "value": []}
+
+    def grow(level: int) -> int:
+        index = len(tree["feature"])
+        for column in tree.values():
+            column.append(None)
+        if level == depth or rng.random() < 0.2:
+            tree["feature"][index], tree["threshold"][index] = -2, -2.0
+            tree["left"][index] = tree["right"][index] = -1
+        else:
+            tree["feature"][index] = int(rng.integers(features))
+            tree["threshold"][index] = float(rng.normal())
+            tree["left"][index] = grow(level + 1)
+            tree["right"][index] = grow(level + 1)
+        tree["value"][index] = float(rng.normal())
+        return index
+
+    grow(0)
+    return tree
+
+
+def _slow_predict(trees: Trees, x: np.ndarray) -> np.ndarray:
+    """The reference: each row down each tree, one node at a time."""
+    out = []
+    for row in x:
+        total = trees.init
+        for t in trees.trees:
+            node = 0
+            while t["left"][node] >= 0:
+                node = (t["left"][node] if row[t["feature"][node]] <= t["threshold"][node]
+                        else t["right"][node])
+            total += trees.rate * t["value"][node]
+        out.append(total)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("cells", [1 << 21, 7])  # one pass, and many small passes
+def test_trees_walk_all_trees_at_once_as_the_slow_reference(monkeypatch, cells):
+    from dse.calibrate import predictor
+
+    monkeypatch.setattr(predictor, "_WALK_CELLS", cells)
+    rng = np.random.default_rng(3)
+    trees = Trees(0.3, 0.1, tuple(_random_tree(rng, 5, 6) for _ in range(40)))
+    x = rng.normal(size=(57, 5))
+    np.testing.assert_allclose(trees.predict(x), _slow_predict(trees, x), rtol=1e-12)
+    assert len(Trees(0.3, 0.1, ()).predict(x)) == 57
+
+
+def test_distinct_rows_by_value_even_when_hashes_collide(monkeypatch):
+    from dse.calibrate import predictor
+
+    x = np.array([[1.0, 2.0], [3.0, 4.0], [1.0, 2.0], [np.nan, 0.0], [np.nan, 0.0]])
+    unique, inverse = predictor._distinct_rows(x)
+    assert len(unique) == 3
+    np.testing.assert_array_equal(unique[inverse], x)
+    # rows (2, 1) and (1, 2) hash alike under equal weights: the check falls back to sorting
+    monkeypatch.setattr(np.random, "default_rng",
+                        lambda seed: type("R", (), {"uniform": lambda self, a, b, n:
+                                                    np.ones(n)})())
+    y = np.array([[2.0, 1.0], [1.0, 2.0], [2.0, 1.0]])
+    unique, inverse = predictor._distinct_rows(y)
+    assert len(unique) == 2
+    np.testing.assert_array_equal(unique[inverse], y)

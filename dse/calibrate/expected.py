@@ -40,11 +40,13 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm") -> pd.DataFrame
     m = op["m"].to_numpy()
     gemm = (m > 0) & np.isin(op["kind"].to_numpy(), _GEMM_KINDS)
     prunable = op["prunable"].to_numpy(dtype=bool)
-    parsed = {name: formats.parse(name) for name in layers["format"].unique()}
-    fam = layers["format"].map(lambda f: parsed[f].family).to_numpy(dtype=object)
-    sparsity = layers["format"].map(lambda f: float(parsed[f].sparsity)).to_numpy()
-    block = layers["format"].map(lambda f: int(getattr(parsed[f], "block", 0) or
-                                              getattr(parsed[f], "m", 0) or 0)).to_numpy()
+    # A search prices thousands of designs of a few formats: parse each format once.
+    codes, names = pd.factorize(layers["format"].astype(object))
+    parsed = [formats.parse(name) for name in names]
+    fam = np.array([f.family for f in parsed], dtype=object)[codes]
+    sparsity = np.array([float(f.sparsity) for f in parsed], dtype=float)[codes]
+    block = np.array([int(getattr(f, "block", 0) or getattr(f, "m", 0) or 0) for f in parsed],
+                     dtype=np.int64)[codes]
     fallback = layers["fallback"].to_numpy(dtype=object)
     family = np.where(~gemm, "vector",
                       np.where(fallback == "hw:csr", "unstructured",
@@ -63,8 +65,13 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm") -> pd.DataFrame
         "sol_s": layers["time_s"].to_numpy(dtype=float), "cache": cache})
     vector_flops = op["vector_flops"].to_numpy(dtype=float) * batch
     out.loc[~gemm, "flops"] = vector_flops[~gemm]
-    out["key"] = [family_key(f, k, g, b) for f, k, g, b in zip(
-        out["family"], out["kind"], out["groups"], out["block"], strict=True)]
+    kernel = ["family", "kind", "groups", "block"]
+    codes = out.groupby(kernel, sort=False, observed=True).ngroup().to_numpy()
+    firsts = out.loc[~pd.Series(codes).duplicated().to_numpy(), kernel]
+    keys = np.empty(len(firsts), dtype=object)
+    keys[codes[firsts.index.to_numpy()]] = [family_key(*row) for row in firsts.itertuples(
+        index=False)]
+    out["key"] = keys[codes]
     return out
 
 
@@ -101,9 +108,12 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
     notes = np.full(len(config), "", dtype=object)
     kernels = np.full(len(config), "", dtype=object)
     rmspe = np.full(len(config), np.nan)
+    timed = np.zeros(len(config), dtype=bool)  # priced by a time-target predictor
     work = config["sol_s"].to_numpy() > 0
-    for key in config.loc[work, "key"].unique():
-        rows = np.flatnonzero(work & (config["key"] == key).to_numpy())
+    key_codes, key_names = pd.factorize(config["key"])
+    for code in np.unique(key_codes[work]):
+        key = key_names[code]
+        rows = np.flatnonzero(work & (key_codes == code))
         model, note = _resolve(key, predictors)
         sol = config["sol_s"].to_numpy()[rows]
         ctx = predictors.context
@@ -125,14 +135,17 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
             kernels[rows] = impl
             names[rows] = f"{predictors.name}:{model.key}:{model.target}"
             rmspe[rows] = model.validated.get("rmspe", np.nan)
+            timed[rows] = model.target == "time"
         notes[rows] = note
-    other = layers["hardware"].to_numpy(dtype=object) != predictors.reference_hw
-    timed = np.array([n.endswith(":time") for n in names])
-    carried = np.where(timed, f"time learned on {predictors.reference_hw}, not scaled to "
-                              "this hardware",
-                       f"fraction carried over from {predictors.reference_hw}")
-    notes = np.where(other & work, [f"{n}; {c}" if n else c
-                                    for n, c in zip(notes, carried, strict=True)], notes)
+    other = (layers["hardware"].to_numpy(dtype=object) != predictors.reference_hw) & work
+    carried = {True: f"time learned on {predictors.reference_hw}, not scaled to this hardware",
+               False: f"fraction carried over from {predictors.reference_hw}"}
+    # A few distinct (note, target) pairs over many rows: join each pair's text once.
+    note_codes, note_texts = pd.factorize(notes[other])
+    pairs, inverse = np.unique(note_codes * 2 + timed[other], return_inverse=True)
+    joined = np.array([(f"{note_texts[c // 2]}; " if note_texts[c // 2] else "")
+                       + carried[bool(c % 2)] for c in pairs], dtype=object)
+    notes[other] = joined[inverse.reshape(-1)]
     out = layers.copy()
     out["expected_s"] = expected
     with np.errstate(divide="ignore", invalid="ignore"):
