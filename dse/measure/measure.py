@@ -366,6 +366,12 @@ class _Run:
     kernels: dict
     rows: list = field(default_factory=list)
 
+    def time_at(self, kernel, cache: str, measure_one) -> Timing:
+        """Time ``kernel`` by the run's method, cold (the flush before every call) or warm."""
+        return time_kernel(kernel.fn, self.method, threads=kernel.threads,
+                           before=self.flush if cache == "cold" else None,
+                           measure_one=measure_one)
+
     def time_gemm(self, case, source: dict, sol: Callable[[object], tuple] | None,
                   caches: tuple[str, ...] = ("cold",)) -> int:
         """Measure every implementation of the case's family; append one row each and cache
@@ -399,9 +405,7 @@ class _Run:
                         "dtype": "fp32" if self.device == "cpu" else "fp16"})
             self.rows.append(row)
             return
-        timing = time_kernel(kernel.fn, self.method, threads=kernel.threads,
-                             before=self.flush if cache == "cold" else None,
-                             measure_one=measure_one)
+        timing = self.time_at(kernel, cache, measure_one)
         row.update(_timing_row(timing))
         row.update({"kernel": kernel.kernel, "nnz": kernel.nnz, "dtype": kernel.dtype,
                     "index_dtype": kernel.index_dtype, "rel_err": kernel.rel_err,
@@ -627,9 +631,7 @@ def _time_vector(run: _Run, op, batch: int, sol, trace,
             row["error"] = f"no kernel for a {op.kind} op of these sizes"
             run.rows.append(row)
             return
-        timing = time_kernel(kernel.fn, run.method, threads=kernel.threads,
-                             before=run.flush if cache == "cold" else None,
-                             measure_one=measure_one)
+        timing = run.time_at(kernel, cache, measure_one)
         row.update(_timing_row(timing))
         row["kernel"] = kernel.kernel
         row["note"] = "; ".join(p for p in (row["note"], kernel.note) if p)
