@@ -449,3 +449,19 @@ def test_distinct_rows_by_value_even_when_hashes_collide(monkeypatch):
     unique, inverse = predictor._distinct_rows(y)
     assert len(unique) == 2
     np.testing.assert_array_equal(unique[inverse], y)
+
+
+def test_noise_floor_across_runs_compares_each_runs_fastest_round():
+    def kernel(m, run, times):
+        return [{"m": m, "run_id": run, "round": r, "median_s": t, "min_s": t}
+                for r, t in enumerate(times)]
+
+    frame = _dataset([
+        *kernel(8, "x", [1.5, 1.0]), *kernel(8, "y", [1.05, 2.0]),   # 1.0 vs 1.05: 5%
+        *kernel(16, "x", [1.0, 1.3]), *kernel(16, "y", [1.4, 1.5]),  # 1.0 vs 1.4: 40%
+    ])
+    noise = noise_floor(frame)
+    assert noise["basis"] == "runs"
+    assert noise["pairs"] == 2 and noise["share_over_10"] == 0.5
+    assert noise["median_diff"] == pytest.approx(0.225)
+    assert noise["rounds"]["pairs"] == 4  # round 0 vs 1 in each run of each kernel

@@ -275,21 +275,39 @@ def _differences(groups, pair: Callable[[pd.DataFrame], tuple[float, float] | No
 
 
 def noise_floor(dataset: pd.DataFrame) -> dict:
-    """How often two measurements of the same kernel (implementation and configuration) differ
-    by more than 10% (of the smaller): ``pairs``, ``share_over_10``, ``median_diff``, among the
-    rows calibration may use (:func:`~dse.calibrate.features.usable_rows`).
+    """How often two measurements of the same kernel (implementation, configuration and cache
+    state) differ by more than 10% (of the smaller): ``pairs``, ``share_over_10``,
+    ``median_diff``, among the rows calibration may use
+    (:func:`~dse.calibrate.features.usable_rows`), on the first ``basis`` the data allows:
 
-    Which two measurements: where runs have 4 or more rounds (``dse measure --rounds``), the
-    fastest of the even rounds against the fastest of the odd rounds of the same run, each the
-    estimator calibration learns from (:func:`~dse.calibrate.features.training_rows`) on half
-    the rounds, so an upper bound of its noise (``basis`` "halves"); else the slowest against
-    the fastest of all the kernel's measurements (``basis`` "repeats"). ``rounds``: the same
-    numbers for one round against another (rounds 0 and 1 of a run), what a single timing of
-    the kernel would give; absent without rounds."""
+    - ``runs``: kernels measured in two or more runs; each run's fastest round (what
+      calibration learns from, :func:`~dse.calibrate.features.training_rows`), the slowest run
+      against the fastest;
+    - ``halves``: runs of 4 or more rounds (``dse measure --rounds``); the fastest of the even
+      rounds against the fastest of the odd rounds of a run (the estimator on half the rounds,
+      an upper bound of its noise within one run);
+    - ``repeats``: the slowest against the fastest of all the kernel's measurements.
+
+    The other bases the data allows are kept too, under their names (``halves`` beside
+    ``runs``), and ``rounds``: round 0 against round 1 of a run, what a single timing of the
+    kernel would give."""
     rows = usable_rows(dataset)
     config = ["implementation", "format", "kind", "m", "k", "n", "groups", "cache"]
-    most_rounds = int(rows.groupby(config + ["run_id"], observed=True)["round"].nunique().max()
-                      ) if len(rows) else 0
+    per_run = rows.groupby(config + ["run_id"], observed=True)
+    most_rounds = int(per_run["round"].nunique().max()) if len(rows) else 0
+    found = {}
+    fastest = rows.groupby(config + ["run_id", "round"], as_index=False, observed=True)[
+        "median_s"].median().groupby(config + ["run_id"], as_index=False, observed=True)[
+        "median_s"].min()
+
+    def extremes(group: pd.DataFrame):
+        if len(group) < 2:
+            return None
+        return float(group["median_s"].min()), float(group["median_s"].max())
+
+    runs = _differences(fastest.groupby(config, observed=True), extremes)
+    if runs["pairs"]:
+        found["runs"] = runs
     if most_rounds >= 4:
         def halves(group: pd.DataFrame):
             per_round = group.groupby("round")["median_s"].median()
@@ -299,16 +317,11 @@ def noise_floor(dataset: pd.DataFrame) -> dict:
             odd = per_round[per_round.index % 2 == 1]
             return float(even.min()), float(odd.min())
 
-        out = {**_differences(rows.groupby(config + ["run_id"], observed=True), halves),
-               "basis": "halves"}
-    else:
-        def extremes(group: pd.DataFrame):
-            if len(group) < 2:
-                return None
-            return float(group["median_s"].min()), float(group["median_s"].max())
-
-        out = {**_differences(rows.groupby(config, observed=True), extremes),
-               "basis": "repeats"}
+        found["halves"] = _differences(per_run, halves)
+    found["repeats"] = _differences(rows.groupby(config, observed=True), extremes)
+    basis = next(iter(found))
+    out = {**found.pop(basis), "basis": basis}
+    out.update({k: v for k, v in found.items() if k != "repeats"})
     if most_rounds >= 2:
         def first_two(group: pd.DataFrame):
             per_round = group.groupby("round")["median_s"].median()
@@ -316,8 +329,7 @@ def noise_floor(dataset: pd.DataFrame) -> dict:
                 return None
             return float(per_round[0]), float(per_round[1])
 
-        out["rounds"] = _differences(rows.groupby(config + ["run_id"], observed=True),
-                                     first_two)
+        out["rounds"] = _differences(per_run, first_two)
     return out
 
 

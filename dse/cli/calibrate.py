@@ -136,20 +136,24 @@ def _print_validation(table: pd.DataFrame, speedups: pd.DataFrame, noise: dict) 
                               "sign": "same side of 1x", "measured_faster": "measured >1x"})
         print("predicted speedup over dense on the same held-out shape:")
         print(s.to_string(index=False))
-    if noise["basis"] == "halves":
-        print(f"noise floor: {noise['pairs']} kernels timed in 4 or more rounds; the fastest "
-              f"of the even rounds and of the odd rounds differ by more than 10% in "
-              f"{_pct(noise['share_over_10'])} (median difference "
-              f"{_pct(noise['median_diff'])}; calibration takes the fastest of all rounds)")
-    else:
-        print(f"noise floor: {noise['pairs']} repeated kernel measurements, "
-              f"{_pct(noise['share_over_10'])} differ by more than 10% "
-              f"(median difference {_pct(noise['median_diff'])})")
-    if "rounds" in noise:
-        single = noise["rounds"]
-        print(f"  one round against another: {_pct(single['share_over_10'])} of "
-              f"{single['pairs']} kernels differ by more than 10% (median difference "
-              f"{_pct(single['median_diff'])})")
+    lines = {
+        "runs": "kernels measured in two or more runs; each run's fastest round (what "
+                "calibration learns from): the slowest and the fastest run differ by",
+        "halves": "kernels timed in 4 or more rounds; the fastest even and fastest odd round "
+                  "of a run differ by",
+        "repeats": "repeated kernel measurements; the slowest and the fastest differ by",
+        "rounds": "kernels timed in 2 or more rounds; round 0 and round 1 differ by",
+    }
+
+    def line(basis: str, figures: dict) -> str:
+        return (f"{figures['pairs']} {lines[basis]} more than 10% in "
+                f"{_pct(figures['share_over_10'])} (median difference "
+                f"{_pct(figures['median_diff'])})")
+
+    print(f"noise floor: {line(noise['basis'], noise)}")
+    for basis in ("halves", "rounds"):
+        if basis in noise:
+            print(f"  {line(basis, noise[basis])}")
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
