@@ -24,11 +24,15 @@ __all__ = [
     "is_calibration_fallback",
     "measured_data",
     "predictor_table",
+    "predictors_text",
 ]
 
 #: Starts of the ``calibration`` notes that say the predictors were measured on another
 #: accelerator spec than the one evaluated (the fraction carries over): not a fallback.
 CARRIED_OVER = ("fraction carried over from", "time learned on")
+
+#: Where a ``dse report`` page marks the ops priced without their own family's kernel data.
+_MARKED = "hollow triangles in the per-layer roofline"
 
 #: Dataset families that are kernels (``model`` rows are whole models).
 _KERNEL_FAMILIES = ("dense", "nm", "block", "unstructured", "vector")
@@ -132,31 +136,41 @@ def predictor_table(predictors, expected: pd.DataFrame | None = None) -> pd.Data
     return pd.concat([table, pd.DataFrame(extra)], ignore_index=True) if extra else table
 
 
-def calibration_text(predictors, expected: pd.DataFrame,
-                     measured: pd.DataFrame | None = None,
-                     dataset: str | None = None) -> list[str]:
-    """Paragraphs for a report's page: which predictors priced the expectation, that it is an
-    expectation (with the held-out errors), not a bound, what falls back, and which measured
-    kernels are drawn."""
+def predictors_text(predictors) -> str:
+    """The paragraph that names the predictors of an expectation, their held-out errors, and
+    says that expected numbers are expectations, not bounds."""
     p = predictors
     device = p.provenance.get("device_name", p.device)
     errors = ", ".join(
         f"{k} {f.validated['rmspe']:.0%}" for k, f in sorted(p.families.items())
         if f.validated and "rmspe" in f.validated)
-    out = [f"Expected numbers (expected latency, expected speedup, the expected points and "
-           f"curves) are expectations from the kernel predictors {p.name} (measured on "
-           f"{device}, reference spec {p.reference_hw}; trained with dse calibrate on dataset "
-           f"{p.provenance.get('dataset', '?')}), not bounds: kernels as they exist, run one "
-           f"op at a time (unfused) whatever the report's fusion model. Held-out error of "
-           f"each family's predictor on weight shapes it was not trained on (RMSPE): "
-           f"{errors or 'not validated'}. The bound is the speed of light (roofline)."]
+    return (f"Expected numbers (expected latency, expected speedup, the expected points and "
+            f"curves) are expectations from the kernel predictors {p.name} (measured on "
+            f"{device}, reference spec {p.reference_hw}; trained with dse calibrate on dataset "
+            f"{p.provenance.get('dataset', '?')}), not bounds: kernels as they exist, run one "
+            f"op at a time (unfused) whatever the report's fusion model. Held-out error of "
+            f"each family's predictor on weight shapes it was not trained on (RMSPE): "
+            f"{errors or 'not validated'}. The bound is the speed of light (roofline).")
+
+
+def calibration_text(predictors, expected: pd.DataFrame,
+                     measured: pd.DataFrame | None = None,
+                     dataset: str | None = None, *, marked: str | None = _MARKED,
+                     draws_measured: bool = True) -> list[str]:
+    """Paragraphs for a report's page: which predictors priced the expectation, that it is an
+    expectation (with the held-out errors), not a bound, what falls back, and which measured
+    kernels are drawn. ``marked``: where the page's charts mark the ops priced without their
+    own family's data (None: no chart marks them); ``draws_measured=False``: the page draws
+    no measured kernels (``dse compare``), so nothing is said of them."""
+    p = predictors
+    out = [predictors_text(p)]
     fell = [is_calibration_fallback(n) for n in expected["calibration"]]
     notes = sorted({n for note, f in zip(expected["calibration"], fell, strict=True) if f
                     for n in _notes(_fallback_notes(note))})
     if notes:
         out.append(f"Fallbacks in the expectation: {int(np.sum(fell))} of {len(expected)} op "
-                   "rows were priced without their own family's kernel data (hollow "
-                   "triangles in the per-layer roofline; the table below gives each design's "
+                   "rows were priced without their own family's kernel data ("
+                   + (f"{marked}; " if marked else "") + "the table below gives each design's "
                    "share): " + "; ".join(notes) + ".")
     else:
         out.append("Fallbacks in the expectation: none; every op was priced by its own "
@@ -164,14 +178,16 @@ def calibration_text(predictors, expected: pd.DataFrame,
     if p.context.get("shift_s"):
         out.append(f"The expectation is for kernels inside a model: the predictors take "
                    f"{p.context['shift_s'] * 1e6:.1f} us off each kernel of a measured family "
-                   f"(constants fitted on whole models: {p.context.get('source', '?')}), so "
-                   "expected points can lie above the measured kernels, which are isolated "
-                   "calls.")
+                   f"(constants fitted on whole models: {p.context.get('source', '?')})"
+                   + (", so expected points can lie above the measured kernels, which are "
+                      "isolated calls." if draws_measured else "."))
     carried = sorted({n for note in expected["calibration"] for n in _notes(note)
                       if n.startswith(CARRIED_OVER)})
     if carried:
         out.append("Other hardware than the predictors' reference: " + "; ".join(carried)
                    + ".")
+    if not draws_measured:
+        return out
     if measured is not None and len(measured):
         matched = bool(measured["match"].eq("same shape").all())
         rows = int(len(measured.drop_duplicates(["m", "k", "n", "groups", "kernel_format"])))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import textwrap
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
@@ -316,6 +317,109 @@ def _title(text: str, *subtitle: str | list[str]) -> alt.TitleParams:
         else alt.TitleParams(text=text, anchor="start")
 
 
+# --- the bound beside the expectation (calibrated results) --------------------------------------
+
+#: The two estimates a calibrated chart draws, in legend order, with their marks: the bound
+#: solid with circles, the expectation dashed with triangles, in every chart.
+_ESTIMATES = ("bound", "expected")
+_ESTIMATE_SHAPES = {"bound": "circle", "expected": "triangle-down"}
+_ESTIMATE_DASHES = {"bound": [1, 0], "expected": [5, 3]}
+#: Columns a calibrated design row carries beside its expected latency and speedup.
+_EXPECTED_NOTES = ("fraction_of_sol", "validated_rmspe", "calibration")
+
+
+def _expected_by(frame: pd.DataFrame) -> np.ndarray:
+    """Per row, the predictor sets (devices) that priced its expectation, from ``predictor``
+    (``dse evaluate``: ``"h100-sxm:nm:fraction 80%, ..."``) or ``predictors`` (a search or
+    sweep: ``"h100-sxm:gemm:fraction; ..."``); '' where neither says."""
+    column = next((c for c in ("predictor", "predictors", "expected_by") if c in frame), None)
+    if column is None:
+        return np.full(len(frame), "", dtype=object)
+    codes, cells = pd.factorize(frame[column].astype(object), use_na_sentinel=False)
+    text = [", ".join(sorted({p.split(":")[0] for p in re.split(r"[;,] ", str(c)) if ":" in p}))
+            or ("" if column != "expected_by" or pd.isna(c) else str(c)) for c in cells]
+    return np.array(text, dtype=object)[codes]
+
+
+def _with_estimates(out: pd.DataFrame, frame: pd.DataFrame, values: Sequence[str],
+                    after: str) -> pd.DataFrame:
+    """``out`` (one row per row of ``frame``, in its order) as two rows a design when
+    ``frame`` carries the expectation (``expected_speedup``): ``estimate`` ``bound`` (each of
+    ``values`` the bound's) then ``expected`` (each ``expected_<value>``), both with
+    ``bound_<value>`` and ``expected_<value>`` so either row can draw the other, and
+    ``expected_by`` (the predictor sets), ``fraction_of_sol``, ``validated_rmspe`` and
+    ``calibration`` where ``frame`` has them; ``estimate`` goes after column ``after``. A
+    frame without the expectation gives ``out`` as it is."""
+    if "expected_speedup" not in frame.columns:
+        return out
+    wide = out.reset_index(drop=True)
+    for value in values:
+        wide[f"bound_{value}"] = wide[value].to_numpy(dtype=np.float64)
+        wide[f"expected_{value}"] = frame[f"expected_{value}"].to_numpy(dtype=np.float64)
+    wide["expected_by"] = _expected_by(frame)
+    for column in _EXPECTED_NOTES:
+        if column in frame.columns:
+            wide[column] = (_text(frame[column]).to_numpy() if column == "calibration"
+                            else frame[column].to_numpy(dtype=np.float64))
+    bound = wide.assign(estimate="bound")
+    exp = wide.assign(estimate="expected", **{v: wide[f"expected_{v}"] for v in values})
+    both = pd.concat([bound, exp], ignore_index=True)
+    both.insert(both.columns.get_loc(after) + 1, "estimate", both.pop("estimate"))
+    return both
+
+
+def _expected_devices(data: pd.DataFrame) -> str:
+    """The predictor sets (devices) of the expected rows of ``data``, e.g. ``h100-sxm``."""
+    rows = data[data["estimate"] == "expected"] if "estimate" in data else data
+    return ", ".join(sorted({d for text in _expected_by(rows) for d in str(text).split(", ")
+                             if d}))
+
+
+def _estimate_words(data: pd.DataFrame) -> dict[str, str]:
+    """Legend words of the two estimates: the bound is the speed of light; the expectation
+    names its predictors and says it is not a bound."""
+    device = _expected_devices(data)
+    return {"bound": "bound: speed of light",
+            "expected": f"expected: {device} predictors (not a bound)" if device
+            else "expected (not a bound)"}
+
+
+def _estimate_channels(data: pd.DataFrame, title: str, bound_shape: str = "circle"
+                       ) -> tuple[alt.Shape, alt.StrokeDash]:
+    """Shape and stroke-dash encodings of ``estimate`` with one legend naming both: circles
+    (``bound_shape``: ``square`` where the bound is a bar) and solid lines the bound,
+    triangles and dashed lines the expectation."""
+    words = _estimate_words(data)
+    legend = alt.Legend(labelExpr=" : ".join(
+        f"datum.value == '{e}' ? {json.dumps(words[e])}" for e in _ESTIMATES)
+        + " : datum.value", symbolOpacity=1, labelLimit=360)
+    shape = alt.Shape("estimate:N", title=title, sort=list(_ESTIMATES), legend=legend,
+                      scale=alt.Scale(domain=list(_ESTIMATES), range=[
+                          bound_shape if e == "bound" else _ESTIMATE_SHAPES[e]
+                          for e in _ESTIMATES]))
+    dash = alt.StrokeDash("estimate:N", title=title, sort=list(_ESTIMATES), legend=legend,
+                          scale=alt.Scale(domain=list(_ESTIMATES),
+                                          range=[_ESTIMATE_DASHES[e] for e in _ESTIMATES]))
+    return shape, dash
+
+
+def _expected_tooltip() -> list:
+    return [alt.Tooltip("estimate:N", title="estimate"),
+            alt.Tooltip("expected_by:N", title="expected by predictors"),
+            alt.Tooltip("fraction_of_sol:Q", title="fraction of the speed of light",
+                        format=".3f"),
+            alt.Tooltip("validated_rmspe:Q", title="held-out RMSPE", format=".0%"),
+            alt.Tooltip("calibration:N", title="priced how")]
+
+
+def _expectation_note(data: pd.DataFrame, marks: str) -> str:
+    """The subtitle line of a calibrated chart: how the expectation is drawn (``marks``) and
+    that it is one, not a bound."""
+    device = _expected_devices(data)
+    return (f"{marks}: expected" + (f", from the kernel predictors {device}" if device else "")
+            + " (kernels one op at a time, unfused): an expectation, not a bound")
+
+
 # --- 1. the Sparsity Roofline: accuracy against speedup -----------------------------------------
 
 def sparsity_roofline_data(frame: pd.DataFrame,
@@ -464,29 +568,11 @@ def sparsity_roofline_chart(data: pd.DataFrame) -> alt.FacetChart:
         _context(data, ("hardware", "batch", "fusion", "scope")), _fallback_note(data)))
 
 
-_ESTIMATES = ("bound", "expected")
-
-
 def _sparsity_roofline_calibrated(data: pd.DataFrame, base: alt.Chart, color: alt.Color,
                                   tooltip: list, own, labels: list) -> alt.FacetChart:
     """The Sparsity Roofline with a bound curve (solid, circles) and an expected curve
     (dashed, triangles) per pattern group, each expected point joined to its bound."""
-    present = [e for e in _ESTIMATES if (data["estimate"] == e).any()]
-    words = {"bound": "bound: speed of light", "expected": "expected: "
-             + ", ".join(sorted({p.split(":")[0] for text in data["predictor"].dropna()
-                                 for p in str(text).split(", ") if ":" in p}))}
-    domain = present
-    legend = alt.Legend(labelExpr=" : ".join(
-        f"datum.value == '{e}' ? '{words[e]}'" for e in domain) + " : datum.value",
-        symbolOpacity=1, labelLimit=320)
-    shape = alt.Shape("estimate:N", title="speedup", sort=domain,
-                      scale=alt.Scale(domain=domain, range=[
-                          {"bound": "circle", "expected": "triangle-down"}[e] for e in domain]),
-                      legend=legend)
-    dash = alt.StrokeDash("estimate:N", title="speedup", sort=domain,
-                          scale=alt.Scale(domain=domain, range=[
-                              {"bound": [1, 0], "expected": [5, 3]}[e] for e in domain]),
-                          legend=legend)
+    shape, dash = _estimate_channels(data, "speedup")
     tip = [*tooltip, alt.Tooltip("estimate:N", title="speedup"),
            alt.Tooltip("bound_speedup:Q", title="bound speedup", format=".3f"),
            alt.Tooltip("expected_speedup:Q", title="expected speedup", format=".3f"),
@@ -518,7 +604,7 @@ def _sparsity_roofline_calibrated(data: pd.DataFrame, base: alt.Chart, color: al
         err = (f"{rmspe.min():.0%}" if rmspe.nunique() == 1 or
                f"{rmspe.min():.0%}" == f"{rmspe.max():.0%}"
                else f"{rmspe.min():.0%} to {rmspe.max():.0%}") if len(rmspe) else ""
-        device = words["expected"].split(": ", 1)[-1]
+        device = _expected_devices(data)
         notes.append(f"triangles, dashed: expected speedup from the kernel predictors {device}, "
                      "kernels one op at a time (unfused), an expectation, not a bound"
                      + (f" (held-out RMSPE of the predictors used, weighted by expected time: "
@@ -1070,6 +1156,13 @@ def feature_share_data(frame: pd.DataFrame) -> pd.DataFrame:
     values between batches far apart on the log axis); then, when ``frame`` has them, the
     fallback fields and ``hardware, fusion, scope``. Sorted by model, format (pattern order)
     and batch.
+
+    The bound beside the expectation (``frame`` has ``expected_speedup``: ``dse report``,
+    ``dse sweep`` with ``--calibrated``): two rows a design, ``estimate`` ``bound``
+    (``speedup`` the bound's) and ``expected`` (the expected speedup), each with
+    ``bound_speedup, expected_speedup, expected_by`` (the predictor sets) and the
+    expectation's notes; the feature share (traffic, the bound's) is the same on both.
+    Segments then run per model, format and estimate; sorted by estimate first.
     """
     builder = "feature_share_data"
     _require(frame, ("model", "format", "batch", "feature_bytes_share", "speedup"), builder)
@@ -1083,14 +1176,19 @@ def feature_share_data(frame: pd.DataFrame) -> pd.DataFrame:
         **_fallback_columns(frame),
         **_design_columns(frame, ("hardware", "fusion", "scope")),
     })
-    out = _sorted(out, ["model", "format", "batch"])
+    out = _with_estimates(out, frame, ("speedup",), after="format")
+    lines = ["estimate", "model", "format"] if "estimate" in out else ["model", "format"]
+    out = _sorted(out, [*lines, "batch"])
     batch = out["batch"].to_numpy()
-    same = np.zeros(len(out), dtype=bool)
-    same[1:] = ((out["model"].to_numpy()[1:] == out["model"].to_numpy()[:-1])
-                & (out["format"].to_numpy()[1:] == out["format"].to_numpy()[:-1]))
+    same = np.ones(len(out), dtype=bool)
+    same[0] = False
+    for column in lines:
+        values = out[column].to_numpy()
+        same[1:] &= values[1:] == values[:-1]
     near = np.zeros(len(out), dtype=bool)
     near[1:] = batch[1:] <= 2 * batch[:-1]
-    out.insert(5, "segment", np.cumsum(~(same & near)).astype(np.int64))
+    out.insert(out.columns.get_loc("speedup") + 1, "segment",
+               np.cumsum(~(same & near)).astype(np.int64))
     return out
 
 
@@ -1098,42 +1196,57 @@ def feature_share_chart(data: pd.DataFrame) -> alt.VConcatChart:
     """Top row: feature share of DRAM traffic against batch (log x), a colour per format and
     a column per model. Bottom row: speedup over dense against batch, the same layout. Lines
     join only batches at most 2x apart (``segment``); designs the hardware cannot run are
-    hollow."""
+    hollow. With the ``estimate`` column (calibrated) the speedup row draws the bound (solid,
+    circles) and the expectation (dashed, triangles), and the legend says which is which."""
+    calibrated = "estimate" in data.columns
     formats = _format_order(data["format"])
     x = alt.X("batch:Q", title="batch size", scale=alt.Scale(type="log", base=2),
               axis=alt.Axis(format="~g", values=sorted({int(b) for b in data["batch"]})))
     color = alt.Color("format:N", sort=formats, scale=alt.Scale(domain=formats),
-                      title="format")
+                      title="format", legend=alt.Legend(symbolOpacity=1))
     tooltip = ["model:N", "format:N", "batch:Q",
                alt.Tooltip("feature_bytes_share:Q", format=".1%"),
                alt.Tooltip("speedup:Q", format=".3f")]
     if "fallback" in data.columns:
         tooltip.append(alt.Tooltip("fallback:N", title="fallbacks"))
+    if calibrated:
+        tooltip += [alt.Tooltip("bound_speedup:Q", title="bound speedup", format=".3f"),
+                    alt.Tooltip("expected_speedup:Q", title="expected speedup", format=".3f"),
+                    *_expected_tooltip()]
     own = ~(alt.expr.isValid(alt.datum.hw_fallback_ops) & (alt.datum.hw_fallback_ops > 0))
     inline = _inline(data)
 
-    def panel(y: alt.Y, title: str) -> alt.FacetChart:
+    def panel(y: alt.Y, title: str, estimates: bool) -> alt.FacetChart:
         base = alt.Chart().encode(x=x, y=y, color=color, tooltip=tooltip)
+        if calibrated and not estimates:  # the traffic is the bound's: drawn once
+            base = base.transform_filter(alt.datum.estimate == "bound")
         line = base.mark_line().encode(
             detail="segment:N" if "segment" in data.columns else "format:N")
-        layered = alt.layer(line, base.transform_filter(own).mark_point(filled=True),
-                            base.transform_filter(~own).mark_point(filled=False, size=70,
-                                                                   strokeWidth=2),
-                            data=inline)
+        filled = base.transform_filter(own).mark_point(filled=True)
+        hollow = base.transform_filter(~own).mark_point(filled=False, size=70, strokeWidth=2)
+        if calibrated and estimates:
+            shape, dash = _estimate_channels(data, "speedup")
+            line, filled, hollow = (line.encode(strokeDash=dash), filled.encode(shape=shape),
+                                    hollow.encode(shape=shape))
+        layered = alt.layer(line, filled, hollow, data=inline)
         return layered.properties(width=_FACET_WIDTH, height=180).facet(
             column=alt.Column("model:N", title=None)).properties(title=title)
 
     share = panel(alt.Y("feature_bytes_share:Q", title="feature share of DRAM bytes",
                         axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
-                  "Features (unprunable) share of DRAM traffic against batch")
+                  "Features (unprunable) share of DRAM traffic against batch", False)
     speed = panel(alt.Y("speedup:Q", title="speedup over dense (x)",
                         scale=alt.Scale(zero=False)),
-                  "Speed-of-light speedup against batch")
+                  "Speedup against batch: the bound (solid, circles) and the expectation "
+                  "(dashed, triangles)" if calibrated else
+                  "Speed-of-light speedup against batch", True)
     joined = "lines join batches at most 2x apart" if "segment" in data.columns else ""
+    bound = data[data["estimate"] == "bound"] if calibrated else data
     return alt.vconcat(share, speed).properties(title=_title(
         "Feature share of DRAM traffic and speedup against batch",
         ", ".join(p for p in (_context(data, ("hardware", "fusion", "scope")), joined) if p),
-        _fallback_note(data.drop_duplicates(["model", "format"]))))
+        _fallback_note(bound.drop_duplicates(["model", "format"])),
+        _expectation_note(data, "dashed lines and triangles") if calibrated else ""))
 
 
 # --- 5. hardware comparison ---------------------------------------------------------------------
@@ -1147,6 +1260,14 @@ def hardware_comparison_data(frame: pd.DataFrame) -> pd.DataFrame:
     then, when ``frame`` has them, the fallback fields (``shape_fallback_ops, hw_fallback,
     hw_fallback_ops, fallback``) and ``fusion, scope``. Sorted by model, batch, format
     (pattern order) and hardware.
+
+    The bound beside the expectation (``dse compare --calibrated``, ``dse sweep
+    --calibrated``: ``frame`` has ``expected_latency_s`` and ``expected_speedup``): two rows a
+    design, ``estimate`` ``bound`` (``latency_s`` and ``speedup`` the bound's) and
+    ``expected`` (the expectation's), each with ``bound_latency_s, expected_latency_s,
+    bound_speedup, expected_speedup, expected_by`` (the predictor sets),
+    ``fraction_of_sol``, ``validated_rmspe`` and ``calibration``; sorted by estimate after
+    the design.
     """
     builder = "hardware_comparison_data"
     columns = ("hardware", "model", "format", "batch", "latency_s", "speedup",
@@ -1155,9 +1276,9 @@ def hardware_comparison_data(frame: pd.DataFrame) -> pd.DataFrame:
     _one_value(frame, ("fusion", "scope"), builder)
     ops = frame["ops"].to_numpy(dtype=np.float64)
     out = pd.DataFrame({
-        "hardware": _text(frame["hardware"]),
-        "model": _text(frame["model"]),
-        "format": _text(frame["format"]),
+        "hardware": _text(frame["hardware"]).to_numpy(),
+        "model": _text(frame["model"]).to_numpy(),
+        "format": _text(frame["format"]).to_numpy(),
         "batch": frame["batch"].to_numpy(dtype=np.int64),
         "latency_s": frame["latency_s"].to_numpy(dtype=np.float64),
         "speedup": frame["speedup"].to_numpy(dtype=np.float64),
@@ -1167,14 +1288,21 @@ def hardware_comparison_data(frame: pd.DataFrame) -> pd.DataFrame:
         **_fallback_columns(frame),
         **_design_columns(frame, ("fusion", "scope")),
     })
-    return _sorted(out, ["model", "batch", "format", "hardware"])
+    out = _with_estimates(out, frame, ("latency_s", "speedup"), after="batch")
+    keys = ["model", "batch", "format", "hardware"]
+    return _sorted(out, keys + ["estimate"] if "estimate" in out else keys)
 
 
 def hardware_comparison_chart(data: pd.DataFrame) -> alt.VConcatChart:
     """Two panels of grouped bars, one bar per hardware, a column per model and a row per
     batch: the latency of every format, dense included (what differs between GPUs), and the
     speedup over dense on the same hardware (the rule at 1x). Bars of designs the hardware
-    cannot run (they run dense or as CSR) are faded, and the subtitle names them."""
+    cannot run (they run dense or as CSR) are faded, and the subtitle names them. With the
+    ``estimate`` column (calibrated), bars are the bound and a triangle on each bar's
+    hardware (joined to the bar's top by a thin line) the expectation; the legend says which
+    is which."""
+    calibrated = "estimate" in data.columns
+    bound_rows = data[data["estimate"] == "bound"] if calibrated else data
     formats = _format_order(data["format"])
     sparse_formats = [f for f in formats if f != "dense"]
     inline = _inline(data)
@@ -1186,7 +1314,14 @@ def hardware_comparison_chart(data: pd.DataFrame) -> alt.VConcatChart:
                alt.Tooltip("feature_bytes_share:Q", format=".0%")]
     if "fallback" in data.columns:
         tooltip.append(alt.Tooltip("fallback:N", title="fallbacks"))
-    color = alt.Color("hardware:N", title="hardware")
+    if calibrated:
+        tooltip += [alt.Tooltip("bound_latency_s:Q", title="bound latency (s)", format=".3~s"),
+                    alt.Tooltip("expected_latency_s:Q", title="expected latency (s)",
+                                format=".3~s"),
+                    alt.Tooltip("bound_speedup:Q", title="bound speedup", format=".3f"),
+                    alt.Tooltip("expected_speedup:Q", title="expected speedup", format=".3f"),
+                    *_expected_tooltip()]
+    color = alt.Color("hardware:N", title="hardware", legend=alt.Legend(symbolOpacity=1))
     opacity = alt.condition(own, alt.value(1.0), alt.value(0.3))
 
     def facet(layered, title: str):
@@ -1195,27 +1330,53 @@ def hardware_comparison_chart(data: pd.DataFrame) -> alt.VConcatChart:
             row=alt.Row("batch:O", title="batch")).resolve_scale(y="independent").properties(
             title=title)
 
-    latency = alt.Chart().transform_calculate(latency_ms="datum.latency_s * 1000").mark_bar(
-        stroke="#444", strokeWidth=0.5).encode(
-        x=alt.X("format:N", sort=formats, title="format", axis=alt.Axis(labelAngle=-40)),
-        xOffset=alt.XOffset("hardware:N"),
-        y=alt.Y("latency_ms:Q", title="latency (ms)"),
-        color=color, opacity=opacity, tooltip=tooltip)
-    bars = alt.Chart().transform_filter(alt.datum.format != "dense").mark_bar(
-        stroke="#444", strokeWidth=0.5).encode(
-        x=alt.X("format:N", sort=sparse_formats, title="format",
-                axis=alt.Axis(labelAngle=-40)),
-        xOffset=alt.XOffset("hardware:N"),
-        y=alt.Y("speedup:Q", title="speedup over dense (x)"),
-        color=color, opacity=opacity, tooltip=tooltip)
-    one = alt.Chart().mark_rule(color="#444", strokeDash=[4, 3]).encode(y=alt.datum(1))
-    note = [line.replace("hollow markers", "faded bars") for line in _fallback_note(
-        data.drop_duplicates(["hardware", "model", "format"]), ("hardware", "model", "format"))]
+    def panel(y_field: str, y_title: str, sort: list[str], base: alt.Chart) -> list:
+        x = alt.X("format:N", sort=sort, title="format", axis=alt.Axis(labelAngle=-40))
+        y = alt.Y(f"{y_field}:Q", title=y_title)
+        offset = alt.XOffset("hardware:N")
+        bars = (base.transform_filter(alt.datum.estimate == "bound") if calibrated
+                else base).mark_bar(stroke="#444", strokeWidth=0.5).encode(
+            x=x, xOffset=offset, y=y, color=color, opacity=opacity, tooltip=tooltip)
+        if not calibrated:
+            return [bars]
+        shape, _ = _estimate_channels(data, "estimate", bound_shape="square")
+        expected = base.transform_filter(alt.datum.estimate == "expected")
+        join = expected.mark_rule(color="#444", strokeWidth=1, strokeDash=[2, 2]).encode(
+            x=x, xOffset=offset, y=y, y2=f"bound_{y_field}:Q")
+        # Dark triangles read on a bar of any colour (the bar under each says its hardware);
+        # hollow where the design falls back, as everywhere.
+        marks = [expected.transform_filter(where).mark_point(
+            filled=True, size=80, fill=fill, stroke=stroke, strokeWidth=width,
+            opacity=1).encode(x=x, xOffset=offset, y=y, shape=shape, tooltip=tooltip)
+            for where, fill, stroke, width in ((own, "#222", "white", 1),
+                                               (~own, "white", "#222", 2))]
+        return [bars, join, *marks]
+
+    in_ms = {"latency_ms": "datum.latency_s * 1000"}
+    if calibrated:
+        in_ms["bound_latency_ms"] = "datum.bound_latency_s * 1000"
+    latency = panel("latency_ms", "latency (ms)", formats,
+                    alt.Chart().transform_calculate(**in_ms))
+    speed = [*panel("speedup", "speedup over dense (x)", sparse_formats,
+                    alt.Chart().transform_filter(alt.datum.format != "dense")),
+             alt.Chart().mark_rule(color="#444", strokeDash=[4, 3]).encode(y=alt.datum(1))]
+    faded = "faded bars and hollow triangles" if calibrated else "faded bars"
+    note = [line.replace("hollow markers", faded) for line in _fallback_note(
+        bound_rows.drop_duplicates(["hardware", "model", "format"]),
+        ("hardware", "model", "format"))]
+    heads = ("Speed-of-light latency", "Speedup over dense on the same hardware")
+    if calibrated:
+        note.append(_expectation_note(data, "bars: the bound (speed of light); triangles, "
+                                            "joined to their bar by a dotted line"))
+        heads = ("Latency: the bound (bars) and the expectation (triangles)",
+                 "Speedup over dense on the same hardware: the bound (bars) and the "
+                 "expectation (triangles)")
     return alt.vconcat(
-        facet(alt.layer(latency, data=inline), "Speed-of-light latency"),
-        facet(alt.layer(bars, one, data=inline), "Speedup over dense on the same hardware"),
-    ).properties(title=_title("Latency and speedup by hardware",
-                              _context(data, ("model", "batch", "fusion", "scope")), note))
+        facet(alt.layer(*latency, data=inline), heads[0]),
+        facet(alt.layer(*speed, data=inline), heads[1]),
+    ).properties(title=_title("Latency and speedup by hardware" + (
+        ", the bound and the expectation" if calibrated else ""),
+        _context(data, ("model", "batch", "fusion", "scope")), note))
 
 
 # --- 5b. energy per inference by unit and by traffic class against batch ------------------------
@@ -1369,6 +1530,13 @@ def pareto_data(results: pd.DataFrame) -> pd.DataFrame:
     batch, among designs with an accuracy. Columns: ``model, hardware, batch, format, group,
     speedup, accuracy, pareto`` (bool) and ``verdict`` (``no target`` when absent); then, when
     ``results`` has them, the fallback fields and ``fusion, scope``.
+
+    A calibrated search's results (``expected_speedup``): two rows a design, ``estimate``
+    ``bound`` (``speedup`` the bound's; ``pareto`` the results' ``bound_pareto``, else
+    computed here) and ``expected`` (the expected speedup, which the search ranked by;
+    ``pareto`` the results' own, else computed here), each with ``bound_speedup,
+    expected_speedup, expected_by`` and the expectation's notes. ``verdict`` is the
+    search's, by the expectation, on both.
     """
     builder = "pareto_data"
     _require(results, ("model", "format", "speedup", "accuracy"), builder)
@@ -1383,33 +1551,47 @@ def pareto_data(results: pd.DataFrame) -> pd.DataFrame:
         "accuracy": results["accuracy"].to_numpy(dtype=np.float64),
     }, index=pd.RangeIndex(n))
     out.insert(4, "group", _groups(out["format"]))
-    if "pareto" in results:
-        out["pareto"] = results["pareto"].astype("boolean").fillna(False).to_numpy(dtype=bool)
-    else:
-        front = np.zeros(n, dtype=bool)
-        known = out["accuracy"].notna().to_numpy()
-        speedup, accuracy = out["speedup"].to_numpy(), out["accuracy"].to_numpy()
-        keys = out.groupby(["model", "batch"], dropna=False, sort=False).ngroup().to_numpy()
-        for key in np.unique(keys[known]):
-            pick = np.flatnonzero(known & (keys == key))
-            front[pick] = _pareto_mask(speedup[pick], accuracy[pick])
-        out["pareto"] = front
     out["verdict"] = _text(results["verdict"]).to_numpy() if "verdict" in results \
         else "no target"
     for column, values in {**_fallback_columns(results),
                            **_design_columns(results, ("fusion", "scope"))}.items():
         out[column] = values
+    out = _with_estimates(out, results, ("speedup",), after="format")
+    # Which front each row is on: the results' own where the search computed it.
+    fronts = ({"bound": "bound_pareto", "expected": "pareto"} if "estimate" in out
+              else {None: "pareto"})
+    front = np.zeros(len(out), dtype=bool)
+    known = out["accuracy"].notna().to_numpy()
+    speedup, accuracy = out["speedup"].to_numpy(), out["accuracy"].to_numpy()
+    keys = out.groupby(["model", "batch"], dropna=False, sort=False).ngroup().to_numpy()
+    for estimate, column in fronts.items():
+        rows = (np.ones(len(out), dtype=bool) if estimate is None
+                else (out["estimate"] == estimate).to_numpy())
+        if column in results:
+            front[rows] = results[column].astype("boolean").fillna(False).to_numpy(dtype=bool)
+            continue
+        for key in np.unique(keys[rows & known]):
+            pick = np.flatnonzero(rows & known & (keys == key))
+            front[pick] = _pareto_mask(speedup[pick], accuracy[pick])
+    out.insert(out.columns.get_loc("accuracy") + 1, "pareto", front)
     return out
 
 
 def pareto_chart(data: pd.DataFrame) -> alt.FacetChart:
     """Every design as a faint point, the Pareto front as a line of larger points coloured
-    by pattern group; a column per model, a row per batch when there are several."""
+    by pattern group; a column per model, a row per batch when there are several. With the
+    ``estimate`` column (a calibrated search) two fronts: the bound's (solid, circles) and
+    the expectation's (dashed, triangles), the legend saying which is which."""
+    calibrated = "estimate" in data.columns
     groups = _group_order(data["group"])
     x = alt.X("speedup:Q", title="speedup over dense (x)", scale=alt.Scale(zero=False))
     y = alt.Y("accuracy:Q", title="accuracy (%)", scale=alt.Scale(zero=False))
     tooltip = ["model:N", "hardware:N", "batch:Q", "format:N", "verdict:N",
                alt.Tooltip("speedup:Q", format=".3f"), alt.Tooltip("accuracy:Q", format=".2f")]
+    if calibrated:
+        tooltip += [alt.Tooltip("bound_speedup:Q", title="bound speedup", format=".3f"),
+                    alt.Tooltip("expected_speedup:Q", title="expected speedup", format=".3f"),
+                    *_expected_tooltip()]
     base = alt.Chart().encode(x=x, y=y)
     everyone = base.mark_point(size=20, opacity=0.35, color="#888").encode(tooltip=tooltip)
     front = base.transform_filter(alt.datum.pareto)
@@ -1418,18 +1600,28 @@ def pareto_chart(data: pd.DataFrame) -> alt.FacetChart:
         tooltip.append(alt.Tooltip("fallback:N", title="fallbacks"))
     own = ~(alt.expr.isValid(alt.datum.hw_fallback_ops) & (alt.datum.hw_fallback_ops > 0))
     pattern = alt.Color("group:N", sort=groups, scale=alt.Scale(domain=groups),
-                        title="pattern")
+                        title="pattern", legend=alt.Legend(symbolOpacity=1))
     points = front.transform_filter(own).mark_point(filled=True, size=70).encode(
         color=pattern, tooltip=tooltip)
     hollow = front.transform_filter(~own).mark_point(filled=False, size=90,
                                                      strokeWidth=2).encode(
         color=pattern, tooltip=tooltip)
+    notes = []
+    if calibrated:
+        shape, dash = _estimate_channels(data, "speedup")
+        everyone = everyone.encode(shape=shape)
+        line = line.encode(strokeDash=dash, detail="estimate:N")
+        points, hollow = points.encode(shape=shape), hollow.encode(shape=shape)
+        notes.append(_expectation_note(data, "dashed front, triangles") + "; the search "
+                     "ranked by it. Solid front, circles: the bound's front of the same "
+                     "designs; faint points: every design, both ways")
     layered = alt.layer(everyone, line, points, hollow, data=_inline(data)).properties(
         width=_FACET_WIDTH, height=_FACET_HEIGHT)
     note = _fallback_note(data[data["pareto"]].drop_duplicates(["model", "format"]))
     return _facet_by_model(layered, data).properties(title=_title(
-        "Search: Pareto front of speedup and accuracy",
-        _context(data, ("hardware", "batch", "fusion", "scope")), note))
+        "Search: Pareto front of speedup and accuracy"
+        + (", the bound and the expectation" if calibrated else ""),
+        _context(data, ("hardware", "batch", "fusion", "scope")), note, notes))
 
 
 # --- 7. candidates against the target -----------------------------------------------------------
@@ -1443,11 +1635,20 @@ def target_data(results: pd.DataFrame) -> pd.DataFrame:
     speedup_over_baseline`` (x the baseline format), ``accuracy_drop`` (percentage points
     below the baseline; negative is a gain), ``verdict``, ``rank`` (Int64, NA unless the design
     meets the target). Sorted by model, batch, rank (NA last), then speedup descending.
+
+    A calibrated search's results (``expected_speedup`` and ``bound_speedup_over_baseline``):
+    two rows a candidate, ``estimate`` ``bound`` (``speedup_over_baseline`` the bound's) and
+    ``expected`` (the expected one, which the target compared), each with
+    ``bound_speedup_over_baseline, expected_speedup_over_baseline, bound_meets_target,
+    expected_by`` and the expectation's notes; ``verdict`` and ``rank`` are the search's, by
+    the expectation, on both. Sorted by estimate after model and batch.
     """
     builder = "target_data"
     _require(results, ("role", "model", "format", "speedup_over_baseline", "accuracy_drop",
                        "verdict"), builder)
     rows = results[_text(results["role"]).to_numpy() == "candidate"]
+    calibrated = {"expected_speedup", "bound_speedup_over_baseline"} <= set(rows.columns)
+    speed = "bound_speedup_over_baseline" if calibrated else "speedup_over_baseline"
     n = len(rows)
     out = pd.DataFrame({
         "model": _text(rows["model"]),
@@ -1456,7 +1657,7 @@ def target_data(results: pd.DataFrame) -> pd.DataFrame:
         else pd.array([pd.NA] * n, dtype="Int64"),
         "format": _text(rows["format"]),
         **{c: _text(rows[c]) for c in ("fusion", "scope") if c in rows},
-        "speedup_over_baseline": rows["speedup_over_baseline"].to_numpy(dtype=np.float64),
+        "speedup_over_baseline": rows[speed].to_numpy(dtype=np.float64),
         "accuracy_drop": rows["accuracy_drop"].to_numpy(dtype=np.float64),
         "verdict": _text(rows["verdict"]),
         "rank": rows["rank"].astype("Int64") if "rank" in rows
@@ -1465,9 +1666,16 @@ def target_data(results: pd.DataFrame) -> pd.DataFrame:
     for column, values in _fallback_columns(rows).items():
         out[column] = values
     out.insert(list(out.columns).index("format") + 1, "group", _groups(out["format"]))
-    out = out.sort_values(["model", "batch", "rank", "speedup_over_baseline"],
-                          ascending=[True, True, True, False], na_position="last",
-                          kind="stable")
+    keys = ["model", "batch", "rank", "speedup_over_baseline"]
+    if calibrated:
+        out["bound_meets_target"] = rows["bound_meets_target"].to_numpy(dtype=bool) \
+            if "bound_meets_target" in rows else np.nan
+        out = _with_estimates(out, rows.assign(
+            expected_speedup_over_baseline=rows["speedup_over_baseline"]),
+            ("speedup_over_baseline",), after="group")
+        keys = ["model", "batch", "estimate", "rank", "speedup_over_baseline"]
+    out = out.sort_values(keys, ascending=[k != "speedup_over_baseline" for k in keys],
+                          na_position="last", kind="stable")
     return out.reset_index(drop=True)
 
 
@@ -1476,19 +1684,41 @@ def target_chart(data: pd.DataFrame, ratio: float | None = None,
     """Accuracy drop (y, lower is better) against speedup over the baseline (x), coloured by
     verdict, a column per model (a row per batch when several); ``ratio`` and
     ``max_acc_drop`` (the target's) draw its two edges as dashed rules; ``target`` (its text,
-    e.g. ``1.3x_over_2:4``) goes into the title."""
+    e.g. ``1.3x_over_2:4``) goes into the title. With the ``estimate`` column (a calibrated
+    search) the expected points (triangles, coloured by the verdict, which the expectation
+    decides) each have their bound beside them (grey circles, joined by a dotted line)."""
+    calibrated = "estimate" in data.columns
     verdicts = [v for v in _VERDICTS if v != "no target" or v in set(data["verdict"])]
     colors = [c for v, c in zip(_VERDICTS, _VERDICT_COLORS, strict=True) if v in verdicts]
-    layers = [alt.Chart().mark_point(filled=True, size=60).encode(
-        x=alt.X("speedup_over_baseline:Q", title="speedup over the baseline (x)",
-                scale=alt.Scale(zero=False)),
-        y=alt.Y("accuracy_drop:Q", title="accuracy drop (percentage points)",
-                scale=alt.Scale(zero=False)),
-        color=alt.Color("verdict:N", title="verdict",
-                        scale=alt.Scale(domain=verdicts, range=colors)),
-        tooltip=["model:N", "format:N", "verdict:N", "rank:Q",
-                 alt.Tooltip("speedup_over_baseline:Q", format=".3f"),
-                 alt.Tooltip("accuracy_drop:Q", format=".2f")])]
+    x = alt.X("speedup_over_baseline:Q", title="speedup over the baseline (x)",
+              scale=alt.Scale(zero=False))
+    y = alt.Y("accuracy_drop:Q", title="accuracy drop (percentage points)",
+              scale=alt.Scale(zero=False))
+    color = alt.Color("verdict:N", title="verdict",
+                      scale=alt.Scale(domain=verdicts, range=colors))
+    tooltip = ["model:N", "format:N", "verdict:N", "rank:Q",
+               alt.Tooltip("speedup_over_baseline:Q", format=".3f"),
+               alt.Tooltip("accuracy_drop:Q", format=".2f")]
+    verdict_marks = alt.Chart().mark_point(filled=True, size=60)
+    if calibrated:
+        shape, _ = _estimate_channels(data, "speedup")
+        tooltip += [alt.Tooltip("bound_speedup_over_baseline:Q", title="bound: x baseline",
+                                format=".3f"),
+                    alt.Tooltip("expected_speedup_over_baseline:Q",
+                                title="expected: x baseline", format=".3f"),
+                    alt.Tooltip("bound_meets_target:N", title="meets it by the bound"),
+                    *_expected_tooltip()]
+        layers = [
+            alt.Chart().transform_filter(alt.datum.estimate == "expected").mark_rule(
+                color="#999", strokeWidth=1, strokeDash=[2, 2]).encode(
+                x=x, x2="bound_speedup_over_baseline:Q", y=y),
+            alt.Chart().transform_filter(alt.datum.estimate == "bound").mark_point(
+                filled=True, size=35, color="#999", opacity=0.8).encode(
+                x=x, y=y, shape=shape, tooltip=tooltip),
+            verdict_marks.transform_filter(alt.datum.estimate == "expected").encode(
+                x=x, y=y, color=color, shape=shape, tooltip=tooltip)]
+    else:
+        layers = [verdict_marks.encode(x=x, y=y, color=color, tooltip=tooltip)]
     if ratio is not None:
         layers.append(alt.Chart().mark_rule(color="#444", strokeDash=[4, 3]).encode(
             x=alt.datum(float(ratio))))
@@ -1497,15 +1727,20 @@ def target_chart(data: pd.DataFrame, ratio: float | None = None,
             y=alt.datum(float(max_acc_drop))))
     layered = alt.layer(*layers, data=_inline(data)).properties(width=_FACET_WIDTH,
                                                                 height=_FACET_HEIGHT)
+    bound = data[data["estimate"] == "bound"] if calibrated else data
     note = [line.replace("hollow markers: ", "")
-            for line in _fallback_note(data.drop_duplicates(["model", "format"]))]
+            for line in _fallback_note(bound.drop_duplicates(["model", "format"]))]
+    if calibrated:
+        note.append(_expectation_note(data, "triangles") + "; the target compares it. Grey "
+                    "circles, joined by a dotted line: the same design by the bound")
     points = "point" if max_acc_drop == 1 else "points"
     rule = (f"; dashed: at least {ratio:g}x the baseline's speedup, at most {max_acc_drop:g} "
             f"{points} below its accuracy" if ratio is not None and max_acc_drop is not None
             else "")
     head = f"Candidates against the target {target}" if target else "Candidates against the target"
     return _facet_by_model(layered, data).properties(title=_title(
-        head, _context(data, ("hardware", "batch", "fusion", "scope")) + rule, note))
+        head + (", the bound and the expectation" if calibrated else ""),
+        _context(data, ("hardware", "batch", "fusion", "scope")) + rule, note))
 
 
 # --- 8. tornado: sensitivity of the speedup to one field at a time ------------------------------
@@ -1584,10 +1819,12 @@ _SIM_DESIGN = ("model", "hardware", "format", "batch", "fusion", "scope")
 _SIM_RESOURCES = ("dram", "tensor", "sparse_tensor", "vector")
 _SIM_PHASES = ("prefetch", "load", "compute", "store", "busy")
 _SIM_PHASE_COLORS = ("#9467bd", "#1f77b4", "#2ca02c", "#ff7f0e", "#7f7f7f")
-# Causes of the simulator's gap over the roofline, labelled as the ops frame's ``why``.
-_SIM_CAUSES = (("launch_s", "launch"), ("buffer_s", "buffer-bound"),
+# Causes of the simulator's gap over the roofline, labelled as the ops frame's ``why``;
+# ``kernel`` (the slower kernels of a calibrated simulation) only where the ops have it.
+_SIM_CAUSES = (("launch_s", "launch"), ("buffer_s", "buffer-bound"), ("kernel_s", "kernel"),
                ("fill_drain_s", "fill/drain"))
-_SIM_CAUSE_COLORS = ("#1f77b4", "#d62728", "#ff7f0e", "#7f7f7f")
+_SIM_CAUSE_COLORS = {"launch": "#1f77b4", "buffer-bound": "#d62728", "kernel": "#9467bd",
+                     "fill/drain": "#ff7f0e", "other": "#7f7f7f"}
 _SIM_WIDTH = 900
 
 
@@ -1636,10 +1873,10 @@ def _with_design(out: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _design_title(data: pd.DataFrame, what: str) -> str | alt.TitleParams:
+def _design_title(data: pd.DataFrame, what: str, *notes: str) -> str | alt.TitleParams:
     """``what: model on hardware, format, batch B, fusion, S scope``, from the design columns
     present; with a subtitle naming the design's fallbacks when the frame has the fallback
-    fields."""
+    fields, then ``notes``."""
     def first(column: str) -> str | None:
         if column not in data.columns or not data[column].notna().any():
             return None
@@ -1656,11 +1893,11 @@ def _design_title(data: pd.DataFrame, what: str) -> str | alt.TitleParams:
     design = ", ".join(p for p in parts if p)
     text = f"{what}: {design}" if design else what
     if not all(c in data.columns for c in FALLBACK_FIELDS):
-        return text
+        return _title(text, *notes) if any(notes) else text
     row = data.iloc[0] if len(data) else None
     fallback = fallback_text(row["shape_fallback_ops"], row["hw_fallback"],
                              row["hw_fallback_ops"]) if row is not None else ""
-    return _title(text, f"fallbacks: {fallback}" if fallback else "fallbacks: none")
+    return _title(text, f"fallbacks: {fallback}" if fallback else "fallbacks: none", *notes)
 
 
 def _merge_runs(bars: pd.DataFrame, keys: list[str], gap_s: float) -> pd.DataFrame:
@@ -1856,11 +2093,18 @@ def sim_gap_data(ops: pd.DataFrame, top: int = 20) -> pd.DataFrame:
 
     Long format, one row per (op, component): ``launch`` (``launch_s``), ``buffer-bound``
     (``buffer_s``), ``fill/drain`` (``fill_drain_s``), the labels of the ops frame's ``why``,
-    and ``other`` when the three do not add up to ``gap_s`` (the remainder, which may be
+    and ``other`` when they do not add up to ``gap_s`` (the remainder, which may be
     negative), so an op's components always sum to its gap. Columns: ``rank`` (1 = largest
     gap), ``op_index, op, label`` (``#index op``, unique), ``kind, unit, why``,
     ``component, time_s, time_us``, the op's ``gap_s, latency_s, roofline_s`` (repeated on
-    its rows), then the design columns present. Sorted by rank, then component.
+    its rows), then the design columns present.
+
+    A calibrated simulation (``dse simulate --calibrated``: ``ops`` has ``kernel_s`` and
+    ``kernel_time_s``) adds the component ``kernel`` (``kernel_s``: how much the slower
+    kernels add, between buffer-bound and fill/drain) and, per op, ``kernel_time_s`` (its
+    predicted kernel time) and ``kernel_gap_us`` (that time over the roofline, µs: the gap
+    the expectation alone gives, as ``dse evaluate --calibrated`` prices the op), and
+    ``expected_by`` (the predictor set) when ``ops`` has it. Sorted by rank, then component.
     """
     builder = "sim_gap_data"
     columns = ("op", "op_index", "gap_s", "launch_s", "buffer_s", "fill_drain_s")
@@ -1869,6 +2113,8 @@ def sim_gap_data(ops: pd.DataFrame, top: int = 20) -> pd.DataFrame:
     if isinstance(top, bool) or not isinstance(top, int | np.integer) or top < 1:
         raise ValueError(f"{builder}: top={top!r}; give a whole number >= 1")
     n = len(ops)
+    causes = [(c, name) for c, name in _SIM_CAUSES if c != "kernel_s" or c in ops]
+    calibrated = "kernel_time_s" in ops
 
     def floats(column: str) -> np.ndarray:
         return ops[column].to_numpy(dtype=np.float64) if column in ops else np.full(n, np.nan)
@@ -1883,14 +2129,15 @@ def sim_gap_data(ops: pd.DataFrame, top: int = 20) -> pd.DataFrame:
         "fallback": labels("fallback"),
         "gap_s": floats("gap_s"), "latency_s": floats("latency_s"),
         "roofline_s": floats("roofline_s"),
-        **{column: floats(column) for column, _ in _SIM_CAUSES},
+        **{column: floats(column) for column, _ in causes},
+        **({"kernel_time_s": floats("kernel_time_s")} if calibrated else {}),
     })
     per_op = per_op[per_op["gap_s"] > 0]
-    parts_known = np.isfinite(per_op[[c for c, _ in _SIM_CAUSES]].to_numpy()).all(axis=1)
+    parts_known = np.isfinite(per_op[[c for c, _ in causes]].to_numpy()).all(axis=1)
     if not parts_known.all():
         first = per_op["op"].to_numpy()[~parts_known][0]
         raise ValueError(f"{builder}: {int((~parts_known).sum())} op(s) with a gap have a "
-                         f"missing or infinite launch_s/buffer_s/fill_drain_s (first: "
+                         f"missing or infinite {'/'.join(c for c, _ in causes)} (first: "
                          f"{first!r}); fill them (0 for no such cost) first")
     per_op = per_op.sort_values(["gap_s", "op_index"], ascending=[False, True],
                                 kind="stable").head(top).reset_index(drop=True)
@@ -1898,38 +2145,76 @@ def sim_gap_data(ops: pd.DataFrame, top: int = 20) -> pd.DataFrame:
     per_op.insert(3, "label", [f"#{i} {name}" for i, name in
                                zip(per_op["op_index"], per_op["op"], strict=True)])
     parts = [per_op.assign(component=name, time_s=per_op[column], _order=i)
-             for i, (column, name) in enumerate(_SIM_CAUSES)]
-    other = per_op["gap_s"] - per_op[[c for c, _ in _SIM_CAUSES]].sum(axis=1, skipna=False)
+             for i, (column, name) in enumerate(causes)]
+    other = per_op["gap_s"] - per_op[[c for c, _ in causes]].sum(axis=1, skipna=False)
     off = ~np.isclose(other, 0.0, rtol=0, atol=1e-9 * per_op["gap_s"].abs().max()) \
         if len(per_op) else np.zeros(0, dtype=bool)
-    parts.append(per_op[off].assign(component="other", time_s=other[off], _order=3))
+    parts.append(per_op[off].assign(component="other", time_s=other[off], _order=len(causes)))
     out = pd.concat(parts, ignore_index=True).sort_values(["rank", "_order"], kind="stable")
     out["time_us"] = out["time_s"] * 1e6
+    extra = []
+    if calibrated:
+        out["kernel_gap_us"] = (out["kernel_time_s"] - out["roofline_s"]) * 1e6
+        extra = ["kernel_time_s", "kernel_gap_us"]
     out = out[["rank", "op_index", "op", "label", "kind", "unit", "why", "component",
-               "time_s", "time_us", "gap_s", "latency_s", "roofline_s",
+               "time_s", "time_us", "gap_s", "latency_s", "roofline_s", *extra,
                *(["fallback"] if "fallback" in ops else [])]]
+    if calibrated and "expected_by" in ops:
+        out["expected_by"] = _fixed(ops, "expected_by")
     return _with_design(out.reset_index(drop=True), ops)
 
 
-def sim_gap_chart(data: pd.DataFrame) -> alt.Chart:
+def sim_gap_chart(data: pd.DataFrame) -> alt.LayerChart | alt.Chart:
     """Horizontal stacked bars of each op's gap over its roofline (µs) by cause, the largest
-    gap on top."""
+    gap on top. A calibrated simulation's (``kernel_gap_us``): the latency is an
+    expectation, the cause ``kernel`` shows what its slower kernels add, and a black dot per
+    op marks its predicted kernel time over the roofline (the expectation alone, without
+    what the simulation adds), the legend saying so."""
     labels = list(dict.fromkeys(data.sort_values("rank", kind="stable")["label"]))
-    components = [name for _, name in _SIM_CAUSES]
-    components += ["other"] if (data["component"] == "other").any() else []
-    return alt.Chart(_inline(data)).mark_bar().encode(
+    present = set(data["component"])
+    components = [name for column, name in _SIM_CAUSES
+                  if name in present or column in ("launch_s", "buffer_s", "fill_drain_s")]
+    components += ["other"] if "other" in present else []
+    calibrated = "kernel_gap_us" in data.columns
+    y = alt.Y("label:N", sort=labels, title=None)
+    tooltip = ["op:N", "op_index:Q", "kind:N", "unit:N", "why:N", "component:N",
+               alt.Tooltip("time_us:Q", title="this cause (µs)", format=".3f"),
+               alt.Tooltip("gap_s:Q", title="gap (s)", format=".3~s"),
+               alt.Tooltip("latency_s:Q", title="expected, simulated (s)" if calibrated
+                           else "simulated (s)", format=".3~s"),
+               alt.Tooltip("roofline_s:Q", title="roofline (s)", format=".3~s")]
+    if calibrated:
+        tooltip.append(alt.Tooltip("kernel_time_s:Q", title="predicted kernel time (s)",
+                                   format=".3~s"))
+    bars = (alt.Chart() if calibrated else alt.Chart(_inline(data))).mark_bar().encode(
         x=alt.X("time_us:Q", title="simulated time over the roofline (µs)", stack="zero"),
-        y=alt.Y("label:N", sort=labels, title=None),
+        y=y,
         color=alt.Color("component:N", title="cause", sort=components,
                         scale=alt.Scale(domain=components,
-                                        range=list(_SIM_CAUSE_COLORS[:len(components)]))),
+                                        range=[_SIM_CAUSE_COLORS[c] for c in components])),
         order=alt.Order("component_order:Q"),
-        tooltip=["op:N", "op_index:Q", "kind:N", "unit:N", "why:N", "component:N",
-                 alt.Tooltip("time_us:Q", title="this cause (µs)", format=".3f"),
-                 alt.Tooltip("gap_s:Q", title="gap (s)", format=".3~s"),
-                 alt.Tooltip("latency_s:Q", title="simulated (s)", format=".3~s"),
-                 alt.Tooltip("roofline_s:Q", title="roofline (s)", format=".3~s")],
+        tooltip=tooltip,
     ).transform_calculate(
-        component_order=f"indexof({json.dumps(components)}, datum.component)",
-    ).properties(width=600, height=alt.Step(16),
-                 title=_design_title(data, f"Gap over the roofline, top {len(labels)} ops"))
+        component_order=f"indexof({json.dumps(components)}, datum.component)")
+    if not calibrated:
+        return bars.properties(width=600, height=alt.Step(16),
+                               title=_design_title(data, f"Gap over the roofline, top "
+                                                         f"{len(labels)} ops"))
+    device = _fixed(data, "expected_by")
+    predicted = "predicted kernel time"
+    dots = alt.Chart().transform_filter(alt.datum.component == components[0]).mark_point(
+        filled=True, size=45, color="black", opacity=1).encode(
+        x=alt.X("kernel_gap_us:Q"), y=y,
+        shape=alt.ShapeDatum(predicted, title="expected, not a bound"),
+        tooltip=["op:N", alt.Tooltip("kernel_time_s:Q", title="predicted kernel time (s)",
+                                     format=".3~s"),
+                 alt.Tooltip("kernel_gap_us:Q", title="predicted over the roofline (µs)",
+                             format=".3f")])
+    note = (f"the latency is an expectation, not a bound: each op simulated at the kernel "
+            f"time the {device + ' ' if device else ''}predictors expect (kernels one op at a "
+            "time); kernel: what the slower kernels add; black dots: the predicted kernel "
+            "time alone over the roofline (as dse evaluate --calibrated prices the op)")
+    return alt.layer(bars, dots, data=_inline(data)).properties(
+        width=600, height=alt.Step(16),
+        title=_design_title(data, f"Gap of the expected latency over the roofline, top "
+                                  f"{len(labels)} ops", note))

@@ -11,8 +11,7 @@ import pandas as pd
 from formats import GRAMMAR_HELP
 from workloads import trace_names
 
-from ..calibrate.expected import expected_designs, expected_layers
-from ..calibrate.predictor import load_predictors
+from ..calibrate.expected import expected_designs
 from ..output import format_seconds, write_table
 from ..roofline import (
     energy_frame,
@@ -21,8 +20,15 @@ from ..roofline import (
     evaluate_layers,
     memory_frame,
 )
-from .options import Default, add_design_options, check_outputs, design_from_args
-from .tables import missing, predictor_error, seconds_column, share
+from .options import (
+    Default,
+    add_design_options,
+    check_outputs,
+    design_from_args,
+    expected_ops,
+    predictors_from_args,
+)
+from .tables import calibration_note, missing, seconds_column, share
 
 __all__ = ["add_parsers", "fallback_summary"]
 
@@ -50,15 +56,10 @@ def add_parsers(commands) -> None:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)])
     d = design_from_args(args)
-    predictors = load_predictors(args.calibrated) if args.calibrated else None
+    predictors = predictors_from_args(args)
     frames = []
     for trace in d.traces:
-        expected = None
-        if predictors is not None:
-            # Kernels as they exist run one op at a time: the expectation is unfused.
-            expected = expected_layers(
-                evaluate_layers(trace, d.hardware, d.formats, d.batches, fusion="unfused",
-                                scope=d.scope, numerics=d.numerics), trace, predictors)
+        expected = None if predictors is None else expected_ops(trace, d, predictors)
         if args.per_layer:
             table = pd.concat([evaluate_layers(trace, d.hardware, d.formats, d.batches,
                                                fusion=f, scope=d.scope, numerics=d.numerics)
@@ -75,7 +76,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             print(_design_table(table, trace))
             print(_energy_table(table))
         if expected is not None:
-            print(_calibration_note(expected, predictors))
+            print(calibration_note(expected, predictors))
         frames.append(table)
     table = pd.concat(frames, ignore_index=True)
     if args.out is not None:
@@ -195,18 +196,3 @@ def _with_expected_layers(table: pd.DataFrame, expected: pd.DataFrame) -> pd.Dat
     out = table.merge(right, on=keys, how="left")
     out["fraction_of_sol"] = (out["time_s"] / out["expected_s"]).where(out["expected_s"] > 0)
     return out
-
-
-def _calibration_note(expected: pd.DataFrame, predictors) -> str:
-    """What the expectation is, the predictors used with their held-out errors, and every
-    op priced without its own family's data."""
-    used = expected[expected["expected_s"] > 0]
-    lines = [f"expected: kernels as measured on {predictors.name} (reference "
-             f"{predictors.reference_hw}), one op at a time (unfused) whatever --fusion; "
-             "an expectation, not a bound"]
-    for name, group in used.groupby("predictor"):
-        err = predictor_error(name, group["validated_rmspe"].iloc[0])
-        lines.append(f"  {name}: {len(group)} op rows, {err}")
-    notes = sorted({n for note in used["calibration"] for n in note.split("; ") if n})
-    lines += [f"  note: {n}" for n in notes]
-    return "\n".join(lines)

@@ -18,14 +18,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 import accelerator_models
 from accelerator_models import Accelerator
 from formats import parse as parse_format
 from workloads import MAX_BATCH, Trace, load_trace
 
+from ..calibrate.expected import expected_layers
+from ..calibrate.predictor import DevicePredictors, load_predictors
 from ..explore import EVALUATORS, ROOFLINE, Evaluator, Simulator
 from ..output import check_output_path, check_report_dir
-from ..roofline import SCOPES, EvaluationError, Numerics
+from ..roofline import SCOPES, EvaluationError, Numerics, evaluate_layers
 from ..roofline.evaluator import fusion_models
 from ..sim import LOCAL, SimConfig, SimulationError
 from .progress import StatusLine
@@ -46,8 +50,10 @@ __all__ = [
     "fusion_model",
     "design_from_args",
     "evaluator_from_args",
+    "expected_ops",
     "numerics_from_args",
     "positive_int",
+    "predictors_from_args",
     "refuse_unused_sim_options",
     "sim_config_from_args",
 ]
@@ -259,6 +265,25 @@ def design_from_args(args: argparse.Namespace) -> Design:
     for fmt in design.formats:
         parse_format(fmt)  # a bad format fails before any work
     return design
+
+
+# --- the expectation beside the bound (--calibrated DEVICE) ---------------------------------------
+
+
+def predictors_from_args(args: argparse.Namespace) -> DevicePredictors | None:
+    """The kernel predictors ``--calibrated DEVICE`` names (a shipped set or a file of ``dse
+    calibrate --out``), None without it; a bad DEVICE raises ``CalibrationError``'s one line."""
+    name = getattr(args, "calibrated", None)
+    return load_predictors(name) if name else None
+
+
+def expected_ops(trace: Trace, design: Design, predictors: DevicePredictors) -> pd.DataFrame:
+    """Every op of every design of ``trace`` on ``design``'s hardware, formats and batches,
+    priced by ``predictors`` (``dse.calibrate.expected.expected_layers``). Kernels as they
+    exist run one op at a time, so the expectation is unfused whatever ``--fusion`` says."""
+    layers = evaluate_layers(trace, design.hardware, design.formats, design.batches,
+                             fusion="unfused", scope=design.scope, numerics=design.numerics)
+    return expected_layers(layers, trace, predictors)
 
 
 # --- outputs --------------------------------------------------------------------------------------

@@ -10,9 +10,9 @@ import pandas as pd
 from workloads import trace_names
 
 from ..accuracy import DEFAULT_TABLE, attach_accuracy, load_accuracy_table
-from ..calibrate.expected import expected_designs, expected_layers
-from ..calibrate.predictor import CalibrationError, load_predictors
-from ..explore import feature_overhead, parse_vary, sweep
+from ..calibrate.expected import expected_designs
+from ..calibrate.predictor import CalibrationError
+from ..explore import Calibrated, SweepError, feature_overhead, parse_vary, sweep
 from ..explore.studies import DEFAULT_BATCHES, DEFAULT_FORMATS
 from ..measure.dataset import load_dataset
 from ..measure.errors import DatasetError
@@ -30,9 +30,11 @@ from .options import (
     check_outputs,
     design_from_args,
     evaluator_from_args,
+    expected_ops,
+    predictors_from_args,
 )
 from .progress import StatusLine
-from .tables import missing, share
+from .tables import calibration_note, expectation_line, missing, predictors_used, share
 
 __all__ = ["add_parsers", "write_search_report"]
 
@@ -69,6 +71,14 @@ def add_parsers(commands) -> None:
     add_design_options(cp)
     cp.add_argument("--out", type=Path, metavar="FILE", help="results .csv/.parquet/.json")
     cp.add_argument("--report", type=Path, metavar="DIR", help="also write a report folder")
+    cp.add_argument("--calibrated", metavar="DEVICE",
+                    help="add the expectation beside the bound on every accelerator: "
+                         "expected_latency_s, expected_speedup and fraction_of_sol from the "
+                         "kernel predictors of DEVICE (shipped: h100-sxm, cpu-amd-epyc-2c; or "
+                         "a file written by dse calibrate --out), in the table, --out and the "
+                         "--report charts. Kernels one op at a time (unfused) whatever "
+                         "--fusion; accelerators other than DEVICE keep its fraction of the "
+                         "speed of light. An expectation, not a bound")
     cp.set_defaults(run=_cmd_compare)
 
     sw = commands.add_parser(
@@ -87,6 +97,15 @@ def add_parsers(commands) -> None:
                     help="results .parquet/.csv/.json (written atomically)")
     sw.add_argument("--report", type=Path, metavar="DIR", help="also write a report folder")
     add_evaluator_options(sw, workers=True, dask=True)
+    sw.add_argument("--calibrated", metavar="DEVICE",
+                    help="add the expectation beside the bound on every swept design: "
+                         "expected_latency_s, expected_speedup, fraction_of_sol, "
+                         "validated_rmspe, predictors and calibration from the kernel "
+                         "predictors of DEVICE (shipped: h100-sxm, cpu-amd-epyc-2c; or a file "
+                         "written by dse calibrate --out), as dse search --calibrated prices "
+                         "them. Kernels one op at a time (unfused) whatever --fusion; hardware "
+                         "points other than DEVICE keep its fraction of the speed of light. An "
+                         "expectation, not a bound; not with --evaluator simulate")
     sw.set_defaults(run=_cmd_sweep)
 
     st = commands.add_parser("study", help="built-in sensitivity studies",
@@ -128,7 +147,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise CalibrationError("--measured draws measured kernels beside the expectation; "
                                "give --calibrated DEVICE too")
     d = design_from_args(args)
-    predictors = load_predictors(args.calibrated) if args.calibrated else None
+    predictors = predictors_from_args(args)
     dataset_name, dataset = _measured_dataset(args.measured, predictors)
     first_hw, fusion = d.accelerator, d.fusions[0]
     frames, expected = [], []
@@ -136,10 +155,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         frame = evaluate(t, d.hardware, d.formats, d.batches, fusion=fusion, scope=d.scope,
                          numerics=d.numerics)
         if predictors is not None:
-            # Kernels as they exist run one op at a time: the expectation is unfused.
-            exp = expected_layers(evaluate_layers(t, d.hardware, d.formats, d.batches,
-                                                  fusion="unfused", scope=d.scope,
-                                                  numerics=d.numerics), t, predictors)
+            exp = expected_ops(t, d, predictors)
             frame = expected_designs(frame, exp)
             expected.append(exp)
         frames.append(frame)
@@ -193,12 +209,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if dataset_name is not None and dataset is None:
             intro.append(f"Measured points: none (dataset {dataset_name} of the predictors "
                          "cannot be found here; give one with --measured).")
-        tables.append((f"Kernel predictors {predictors.name} and their held-out errors",
-                       reports.predictor_table(predictors, expected)))
-        fallbacks = reports.calibration_fallbacks(expected)
-        if len(fallbacks):
-            tables.append(("Expected: ops priced without their family's kernel data",
-                           fallbacks))
+        tables += _calibration_tables(predictors, expected)
     index = reports.write_report(args.out, "dse report", sections, tables=tables,
                                  command=args.command_line, hardware=d.hardware, intro=intro)
     print(f"wrote {index} ({len(sections)} charts)")
@@ -208,6 +219,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
                  f" ({measured['match'].iloc[0]})" if measured is not None and len(measured)
                  else ""))
     return 0
+
+
+def _calibration_tables(predictors, expected: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The tables a calibrated report adds: the predictors with their held-out errors, and
+    the ops priced without their family's kernel data (when there are any)."""
+    import reports
+
+    tables = [(f"Kernel predictors {predictors.name} and their held-out errors",
+               reports.predictor_table(predictors, expected))]
+    fallbacks = reports.calibration_fallbacks(expected)
+    if len(fallbacks):
+        tables.append(("Expected: ops priced without their family's kernel data", fallbacks))
+    return tables
 
 
 def _measured_dataset(name: str | None, predictors) -> tuple[str | None, pd.DataFrame | None]:
@@ -233,12 +257,16 @@ def _comparison_text(frame: pd.DataFrame) -> str:
         "hardware": frame["hardware"],
         "latency": frame["latency_s"].map(lambda v: f"{v * 1e3:.4f} ms"),
         "speedup": frame["speedup"].map(lambda v: f"{v:.3f}"),
-        "bound mix": [f"{m}/{n} mem" for m, n in zip(frame["memory_bound_ops"], frame["ops"],
-                                                      strict=True)],
-        "feature share": frame["feature_bytes_share"].map(lambda v: f"{v:.1%}"),
-        "fallbacks": [fallback_summary(r.shape_fallback_ops, r.hw_fallback, r.hw_fallback_ops)
-                      for r in frame.itertuples()],
     })
+    if "expected_latency_s" in frame:  # the expectation beside the bound
+        shown["expected"] = frame["expected_latency_s"].map(lambda v: f"{v * 1e3:.4f} ms")
+        shown["exp. speedup"] = frame["expected_speedup"].map(lambda v: f"{v:.3f}")
+        shown["frac of SOL"] = frame["fraction_of_sol"].map(lambda v: f"{v:.2f}")
+    shown["bound mix"] = [f"{m}/{n} mem" for m, n in zip(frame["memory_bound_ops"],
+                                                         frame["ops"], strict=True)]
+    shown["feature share"] = frame["feature_bytes_share"].map(lambda v: f"{v:.1%}")
+    shown["fallbacks"] = [fallback_summary(r.shape_fallback_ops, r.hw_fallback,
+                                           r.hw_fallback_ops) for r in frame.itertuples()]
     if "energy_per_inference_j" in frame:
         shown["energy/inf"] = frame["energy_per_inference_j"].map(lambda v: f"{v * 1e3:.4g} mJ")
         shown["avg power"] = frame["avg_power_w"].map(lambda v: f"{v:.0f} W")
@@ -251,14 +279,30 @@ def _comparison_text(frame: pd.DataFrame) -> str:
     return shown.to_string(index=False)
 
 
+#: What a calibrated report's energy chart says of itself: energy has no expected counterpart.
+_ENERGY_IS_THE_BOUNDS = ("Energy comes from the bound (the speed-of-light latency and its "
+                         "traffic); the kernel predictors price time only, so this chart has no "
+                         "expected series.")
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)], folders=[("--report", args.report)])
     d = design_from_args(args)
-    frame = pd.concat([with_energy_and_memory(
-        evaluate(t, d.hardware, d.formats, d.batches, fusion=d.fusions, scope=d.scope,
-                 numerics=d.numerics), t, d) for t in d.traces], ignore_index=True)
+    predictors = predictors_from_args(args)
+    frames, expected = [], []
+    for t in d.traces:
+        frame = evaluate(t, d.hardware, d.formats, d.batches, fusion=d.fusions, scope=d.scope,
+                         numerics=d.numerics)
+        if predictors is not None:
+            expected.append(expected_ops(t, d, predictors))
+            frame = expected_designs(frame, expected[-1])
+        frames.append(with_energy_and_memory(frame, t, d))
+    frame = pd.concat(frames, ignore_index=True)
     frame = frame.sort_values(["model", "batch", "format", "hardware"], kind="stable")
+    expected = pd.concat(expected, ignore_index=True) if expected else None
     print(_comparison_text(frame))
+    if expected is not None:
+        print(calibration_note(expected, predictors))
     unpriced = sorted({g.strip() for gaps in frame["energy_unpriced"]
                        for g in str(gaps).split(";") if g.strip()})
     if unpriced:
@@ -271,7 +315,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         import reports
 
         data = reports.hardware_comparison_data(frame)
-        sections = [reports.Section("hardware-comparison", "Latency and speedup by accelerator",
+        beside = "" if predictors is None else \
+            f": bound and expected (predictors {predictors.name})"
+        sections = [reports.Section("hardware-comparison",
+                                    f"Latency and speedup by accelerator{beside}",
                                     reports.hardware_comparison_chart(data), data)]
         for (model, fusion), rows in frame.groupby(["model", "fusion"], sort=False):
             energy = reports.energy_breakdown_data(rows)
@@ -279,10 +326,16 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                                else f"-{model}-{fusion}")
             sections.append(reports.Section(
                 name, f"Energy per inference by unit and traffic class, {model}, {fusion}",
-                reports.energy_breakdown_chart(energy), energy))
-        index = reports.write_report(args.report, "dse compare", sections,
-                                     tables=[("Designs", frame)], command=args.command_line,
-                                     hardware=d.hardware)
+                reports.energy_breakdown_chart(energy), energy,
+                note=_ENERGY_IS_THE_BOUNDS if predictors is not None else ""))
+        tables, intro = [("Designs", frame)], []
+        if predictors is not None:
+            intro = reports.calibration_text(predictors, expected, marked=None,
+                                             draws_measured=False)
+            tables += _calibration_tables(predictors, expected)
+        index = reports.write_report(args.report, "dse compare", sections, tables=tables,
+                                     command=args.command_line, hardware=d.hardware,
+                                     intro=intro)
         print(f"wrote {index}")
     return 0
 
@@ -291,15 +344,27 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)], folders=[("--report", args.report)])
     varies = [parse_vary(v) for v in args.vary]
     d = design_from_args(args)  # a bad --hw, --set or --format fails before sweeping
+    evaluator = evaluator_from_args(args)
+    predictors = predictors_from_args(args)
+    if predictors is not None:
+        if evaluator.name == "simulate":
+            raise SweepError(f"--calibrated {args.calibrated} prices kernels one op at a time "
+                             "beside the bound, --evaluator simulate replaces the bound by "
+                             "simulated latencies: give one of them")
+        evaluator = Calibrated(predictors)
     frame = sweep(d.traces, d.hardware_names, d.overrides, d.formats, varies, d.batches,
                   fusion=d.fusions, scope=d.scope, numerics=d.numerics,
-                  evaluator=evaluator_from_args(args), progress=StatusLine("swept"))
+                  evaluator=evaluator, progress=StatusLine("swept"))
     write_table(frame, args.out)
     print(_sweep_summary(frame, varies))
+    if predictors is not None:
+        print("\n".join([expectation_line(predictors), *predictors_used(frame, predictors)]))
     print(f"wrote {len(frame)} rows ({len(varies)} varied dimensions) to {args.out}")
     if args.report is not None:
         import reports
 
+        beside = "" if predictors is None else \
+            f": bound and expected (predictors {predictors.name})"
         sections = []
         if any(v.name == "batch" for v in varies):
             # One hardware point: the feature share does not depend on it, the speedup may.
@@ -307,12 +372,19 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             first = first.drop_duplicates(["model", "format", "batch"])
             data = reports.feature_share_data(first)
             sections.append(reports.Section("feature-share", "Feature share and speedup by "
-                                            "batch", reports.feature_share_chart(data), data))
+                                            f"batch{beside}",
+                                            reports.feature_share_chart(data), data))
         data = reports.hardware_comparison_data(frame)
-        sections.append(reports.Section("designs", "Speedup of every swept design",
+        sections.append(reports.Section("designs", f"Speedup of every swept design{beside}",
                                         reports.hardware_comparison_chart(data), data))
-        index = reports.write_report(args.report, "dse sweep", sections,
-                                     tables=[("Sweep", frame)])
+        tables, intro = [("Sweep", frame)], []
+        if predictors is not None:
+            intro = [reports.predictors_text(predictors),
+                     *[line.strip() for line in predictors_used(frame, predictors)]]
+            tables.append((f"Kernel predictors {predictors.name} and their held-out errors",
+                           reports.predictor_table(predictors)))
+        index = reports.write_report(args.report, "dse sweep", sections, tables=tables,
+                                     intro=intro)
         print(f"wrote {index}")
     return 0
 
@@ -325,13 +397,19 @@ def _sweep_summary(frame: pd.DataFrame, varies) -> str:
     for (model, fmt), group in frame.groupby(["model", "format"], sort=False, observed=True):
         if str(fmt) == "dense":
             continue
-        best = group.loc[group["speedup"].idxmax()]
-        worst = group.loc[group["speedup"].idxmin()]
         where = [v.column for v in varies if v.column in group.columns]
-        rows.append({
-            "model": model, "format": fmt, "designs": len(group),
-            "speedup min": f"{worst['speedup']:.3f}x", "where (min)": _at(worst, where),
-            "speedup max": f"{best['speedup']:.3f}x", "where (max)": _at(best, where)})
+        row = {"model": model, "format": fmt, "designs": len(group)}
+        # The bound's range, and with --calibrated the expectation's beside it.
+        for column, tag in (("speedup", ""), ("expected_speedup", "exp. ")):
+            if column not in group:
+                continue
+            worst = group.loc[group[column].idxmin()]
+            best = group.loc[group[column].idxmax()]
+            row.update({f"{tag}speedup min": f"{worst[column]:.3f}x",
+                        f"where ({tag}min)": _at(worst, where),
+                        f"{tag}speedup max": f"{best[column]:.3f}x",
+                        f"where ({tag}max)": _at(best, where)})
+        rows.append(row)
     table = pd.DataFrame(rows).to_string(index=False) if rows else "(dense only)"
     return f"swept {dims}\n{table}" + _fits_summary(frame, varies)
 
@@ -436,16 +514,18 @@ def write_search_report(folder: Path, results: pd.DataFrame, title: str,
                         command: str | None = None, target=None) -> Path:
     """The report of a search: its Pareto front and its target results (``target``: the
     search's :class:`search.target.Target`, drawn as the chart's edges); ``command`` is
-    recorded on the page."""
+    recorded on the page. A calibrated search's charts draw the expectation it ranked by
+    beside the bound."""
     import reports
 
+    beside = ": bound and expected" if "expected_speedup" in results.columns else ""
     pareto = reports.pareto_data(results)
-    sections = [reports.Section("pareto", "Accuracy against speedup, Pareto front",
+    sections = [reports.Section("pareto", f"Accuracy against speedup, Pareto front{beside}",
                                 reports.pareto_chart(pareto), pareto)]
     if "speedup_over_baseline" in results.columns:
         data = reports.target_data(results)
         chart = (reports.target_chart(data) if target is None else
                  reports.target_chart(data, target.ratio, target.max_acc_drop, target.text))
         sections.append(reports.Section("target", "Speedup over the baseline against accuracy "
-                                        "drop", chart, data))
+                                        f"drop{beside}", chart, data))
     return reports.write_report(folder, title, sections, command=command)

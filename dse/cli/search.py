@@ -21,7 +21,7 @@ from .options import (
     sim_config_from_args,
 )
 from .progress import StatusLine
-from .tables import predictor_error
+from .tables import predictors_used
 
 __all__ = ["add_parsers"]
 
@@ -319,23 +319,10 @@ def _calibration_lines(results: pd.DataFrame, problem) -> list[str]:
     """What the expectation is, the predictors that priced the designs' ops with their
     held-out errors, and every op family priced without its own data."""
     predictors = problem.predictors
-    lines = [f"ranked by the expected speedup: kernels as measured on {predictors.name} "
-             f"(reference {predictors.reference_hw}), one op at a time (unfused) whatever the "
-             "space's fusion; an expectation, not a bound (the bound's speedup is `speedup`, "
-             "its answer bound_rank)"]
-    used = sorted({p for cell in pd.unique(results["predictors"].astype(object))
-                   for p in str(cell).split("; ") if p})
-    errors = []
-    for name in used:
-        parts = name.split(":")
-        family = predictors.families.get(parts[1]) if len(parts) == 3 else None
-        rmspe = family.validated.get("rmspe") if family is not None else None
-        errors.append(f"{name} ({predictor_error(name, rmspe)})")
-    lines.append("  predictors: " + ", ".join(errors))
-    notes = sorted({n for cell in pd.unique(results["calibration"].astype(object))
-                    for n in str(cell).split("; ") if n})
-    lines += [f"  note: {n}" for n in notes]
-    return lines
+    return [f"ranked by the expected speedup: kernels as measured on {predictors.name} "
+            f"(reference {predictors.reference_hw}), one op at a time (unfused) whatever the "
+            "space's fusion; an expectation, not a bound (the bound's speedup is `speedup`, "
+            "its answer bound_rank)", *predictors_used(results, predictors)]
 
 
 def _two_answers(results: pd.DataFrame, here: np.ndarray, problem) -> list[str]:

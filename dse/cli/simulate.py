@@ -94,7 +94,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.timeline is not None:
         write_table(result.timeline, args.timeline)
     if args.report is not None:
-        _write_report(result, args.report, args.command_line, d.accelerator)
+        _write_report(result, args.report, args.command_line, d.accelerator,
+                      None if predictors is None else predictors.name)
         print(f"report: {args.report / 'index.html'}")
     return 0
 
@@ -193,7 +194,10 @@ def _print_result(result, top: int) -> None:
         print(table.to_string(index=False))
 
 
-def _write_report(result, folder: Path, command: str | None = None, hardware=None) -> None:
+def _write_report(result, folder: Path, command: str | None = None, hardware=None,
+                  expected_by: str | None = None) -> None:
+    """The simulation's report; ``expected_by``: the predictor set whose kernel times the
+    ops ran at (``--calibrated``), named on the page and the gap chart."""
     from reports import (
         gantt_chart,
         gantt_data,
@@ -209,7 +213,10 @@ def _write_report(result, folder: Path, command: str | None = None, hardware=Non
              f"{d['fusion']}, {d['scope']} scope")
     s = result.summary()
     fallback = _fallback_line(result)
-    intro = (f"Latency {format_seconds(s['latency_s'])} against a roofline of "
+    what = "Latency" if expected_by is None else (
+        f"Expected latency (each op at the kernel time the {expected_by} predictors expect: "
+        "an expectation, not a bound)")
+    intro = (f"{what} {format_seconds(s['latency_s'])} against a roofline of "
              f"{format_seconds(s['roofline_latency_s'])}; buffer {_bytes(result.buffer_bytes)}, "
              f"depth {result.config.depth}, launch overhead "
              f"{format_seconds(result.launch_overhead_s)}, overlap {result.config.overlap}; "
@@ -217,16 +224,21 @@ def _write_report(result, folder: Path, command: str | None = None, hardware=Non
     # The design's fallback fields ride on every chart's frame, so each chart names them.
     marks = {k: s[k] for k in ("shape_fallback_ops", "hw_fallback", "hw_fallback_ops")
              if k in s}
+    ops = result.ops if expected_by is None else result.ops.assign(expected_by=expected_by)
     gantt, util, gap = (gantt_data(result.timeline).assign(**marks),
                         utilization_data(result.utilization).assign(**marks),
-                        sim_gap_data(result.ops).assign(**marks))
+                        sim_gap_data(ops).assign(**marks))
+    causes = ("Launch overhead, extra traffic from tiles and spills (buffer-bound), and "
+              "loads or stores not hidden behind compute (fill/drain).")
+    if expected_by is not None:
+        causes = (causes[:-1] + "; kernel: what the kernels the predictors expect add over "
+                  "running at peak. Black dots: each op's predicted kernel time over the "
+                  "roofline, the expectation alone.")
     sections = [
         Section("timeline", "Timeline (Gantt)", gantt_chart(gantt), gantt, intro),
         Section("utilization", "Utilization over time", utilization_chart(util), util,
                 "Busy fraction of each resource per time bin."),
-        Section("gap", "Gap to the roofline by cause", sim_gap_chart(gap), gap,
-                "Launch overhead, extra traffic from tiles and spills (buffer-bound), and "
-                "loads or stores not hidden behind compute (fill/drain)."),
+        Section("gap", "Gap to the roofline by cause", sim_gap_chart(gap), gap, causes),
     ]
     write_report(folder, title, sections,
                  tables=[("Summary", pd.DataFrame([s])), ("Ops", result.ops)],

@@ -9,7 +9,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-__all__ = ["missing", "predictor_error", "seconds_column", "share"]
+__all__ = ["calibration_note", "expectation_line", "missing", "predictor_error",
+           "predictors_used", "seconds_column", "share"]
 
 _UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9), ("ps", 1e-12))
 
@@ -47,3 +48,43 @@ def predictor_error(name: str, rmspe: float | None) -> str:
     if rmspe is None or pd.isna(rmspe):
         return "no kernel data: the bound plus the launch floor"
     return f"held-out RMSPE {rmspe:.0%}"
+
+
+def expectation_line(predictors) -> str:
+    """The line that heads every calibrated result: whose kernels priced the expectation, and
+    that it is an expectation, not a bound."""
+    return (f"expected: kernels as measured on {predictors.name} (reference "
+            f"{predictors.reference_hw}), one op at a time (unfused) whatever --fusion; "
+            "an expectation, not a bound")
+
+
+def _notes(cells: Iterable) -> list[str]:
+    """The distinct ``; ``-separated notes of ``calibration`` cells, sorted."""
+    return sorted({n for cell in cells for n in str(cell).split("; ") if n and n != "nan"})
+
+
+def calibration_note(expected: pd.DataFrame, predictors) -> str:
+    """What the expectation is, the predictors used with their held-out errors, and every
+    op priced without its own family's data; ``expected``: the op rows of
+    ``dse.calibrate.expected.expected_layers`` (``dse evaluate`` and ``dse compare``)."""
+    used = expected[expected["expected_s"] > 0]
+    lines = [expectation_line(predictors)]
+    for name, group in used.groupby("predictor"):
+        err = predictor_error(name, group["validated_rmspe"].iloc[0])
+        lines.append(f"  {name}: {len(group)} op rows, {err}")
+    lines += [f"  note: {n}" for n in _notes(used["calibration"])]
+    return "\n".join(lines)
+
+
+def predictors_used(results: pd.DataFrame, predictors) -> list[str]:
+    """The predictors that priced ``results`` (design rows of ``dse.explore.Calibrated``:
+    ``predictors`` and ``calibration`` columns, ``; ``-separated) with their held-out errors,
+    and every op family priced without its own data (``dse search`` and ``dse sweep``)."""
+    errors = []
+    for name in _notes(pd.unique(results["predictors"].astype(object))):
+        parts = name.split(":")
+        family = predictors.families.get(parts[1]) if len(parts) == 3 else None
+        rmspe = family.validated.get("rmspe") if family is not None else None
+        errors.append(f"{name} ({predictor_error(name, rmspe)})")
+    notes = _notes(pd.unique(results["calibration"].astype(object)))
+    return ["  predictors: " + ", ".join(errors)] + [f"  note: {n}" for n in notes]

@@ -152,10 +152,12 @@ def _reference_spec(predictors: DevicePredictors) -> Accelerator | None:
 def _as_device(accelerators: Sequence[Accelerator], reference: Accelerator | None,
                device: str) -> list[Accelerator]:
     """The accelerators named so that ``expected_layers`` tells the predictors' own device
-    (equal to its spec, whatever its name) from variants of it (any other name)."""
+    (equal to its spec, whatever its name and the overrides that made it: a sweep's point at
+    the device's own value is the device) from variants of it (any other name)."""
     out = []
     for a in accelerators:
-        same = reference is not None and dataclasses.replace(a, name=reference.name) == reference
+        same = reference is not None and dataclasses.replace(
+            a, name=reference.name, overrides=reference.overrides) == reference
         name = device if same else (a.name if a.name != device else f"{a.name} (varied)")
         out.append(a if a.name == name else dataclasses.replace(a, name=name))
     return out
