@@ -372,17 +372,21 @@ def test_warm_rows_are_their_own_configurations_and_a_feature():
 
 
 def test_old_predictors_ignore_the_warm_feature():
-    # a tree over the first 14 features (made before `warm` existed) predicts the same
-    trees = Trees(0.0, 1.0, ({"feature": [0, -2, -2], "threshold": [1.0, -2.0, -2.0],
-                              "left": [1, -1, -1], "right": [2, -1, -1],
-                              "value": [0.0, 0.5, -0.5]},))
-    fam = FamilyPredictor("gemm", "fraction", 1e-6, 0.5, trees, 10, 3)
-    cold = np.zeros((2, len(FEATURES)))
-    cold[1, 0] = 2.0
-    warm = cold.copy()
-    warm[:, FEATURES.index("warm")] = 1.0
-    np.testing.assert_array_equal(fam.predict_best_s(cold, np.ones(2))[0],
-                                  fam.predict_best_s(warm, np.ones(2))[0])
+    # Predictors trained before `warm` existed read the implementation from column 13 (the
+    # last of the 14 features they knew); the warm column, appended after it, must neither
+    # move that column nor be where the implementation code is written.
+    old_impl_column = 13
+    trees = Trees(0.0, 1.0, ({"feature": [old_impl_column, -2, -2],
+                              "threshold": [0.5, -2.0, -2.0], "left": [1, -1, -1],
+                              "right": [2, -1, -1], "value": [0.0, 1.0, -1.0]},))
+    fam = FamilyPredictor("csr", "fraction", 0.0, 1.0, trees, 10, 3,
+                          implementations=("scipy_csr", "torch_csr"))
+    for warm in (0.0, 1.0):
+        x = np.zeros((2, len(FEATURES)))
+        x[:, FEATURES.index("warm")] = warm
+        time_s, names = fam.predict_best_s(x, np.ones(2))
+        np.testing.assert_allclose(time_s, np.exp(-1.0))
+        assert list(names) == ["torch_csr"] * 2
 
 
 def _random_tree(rng, features: int, depth: int) -> dict:

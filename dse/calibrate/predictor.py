@@ -144,12 +144,18 @@ class FamilyPredictor:
     def physical_s(self, sol_s: np.ndarray) -> np.ndarray:
         return self.floor_s + np.asarray(sol_s, dtype=float) / self.ceiling
 
+    def _learned(self, features: np.ndarray) -> np.ndarray:
+        """The residual (log) of each row; 0 without trees."""
+        if self.residual is None:
+            return np.zeros(len(features))
+        return self.residual.predict(features)
+
+    def _seconds(self, learned: np.ndarray, physical: np.ndarray) -> np.ndarray:
+        return np.exp(learned) if self.target == "time" else physical * np.exp(learned)
+
     def predict_s(self, features: np.ndarray, sol_s: np.ndarray) -> np.ndarray:
         """Expected kernel time of each row (``features`` from :func:`feature_matrix`)."""
-        learned = self.residual.predict(features) if self.residual is not None else 0.0
-        if self.target == "time":
-            return np.exp(learned)
-        return self.physical_s(sol_s) * np.exp(learned)
+        return self._seconds(self._learned(features), self.physical_s(sol_s))
 
     def predict_best_s(self, features: np.ndarray,
                        sol_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -165,10 +171,7 @@ class FamilyPredictor:
         for code in range(len(names)):
             x = unique.copy()
             x[:, IMPL] = code
-            learned = (self.residual.predict(x) if self.residual is not None
-                       else np.zeros(len(x)))[inverse]
-            times.append(np.exp(learned) if self.target == "time"
-                         else physical * np.exp(learned))
+            times.append(self._seconds(self._learned(x)[inverse], physical))
         times = np.array(times).reshape(len(names), len(features))
         best = np.argmin(times, axis=0)
         return times[best, np.arange(len(features))], np.array(names, dtype=object)[best]

@@ -318,10 +318,11 @@ def noise_floor(dataset: pd.DataFrame) -> dict:
             return float(even.min()), float(odd.min())
 
         found["halves"] = _differences(per_run, halves)
-    found["repeats"] = _differences(rows.groupby(config, observed=True), extremes)
+    if not found:
+        found["repeats"] = _differences(rows.groupby(config, observed=True), extremes)
     basis = next(iter(found))
     out = {**found.pop(basis), "basis": basis}
-    out.update({k: v for k, v in found.items() if k != "repeats"})
+    out.update(found)
     if most_rounds >= 2:
         def first_two(group: pd.DataFrame):
             per_round = group.groupby("round")["median_s"].median()

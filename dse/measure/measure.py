@@ -53,6 +53,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -540,17 +541,16 @@ def measure(
                         jobs.append(None)  # nothing to time again; counted for progress
                     else:
                         op_sol = sols[fmt.name][shape.op]
-                        jobs.append(lambda c=case, src=source, s=op_sol:
-                                    run.time_gemm(c, src, lambda _c: s, caches))
+                        jobs.append(partial(run.time_gemm, case, source,
+                                            partial(_known_sol, op_sol), caches))
             for op in vec.itertuples(index=False):
-                jobs.append(lambda o=op, b=batch, s=sols["dense"].get(op.op):
-                            _time_vector(run, o, b, s, trace, caches))
+                jobs.append(partial(_time_vector, run, op, batch, sols["dense"].get(op.op),
+                                    trace, caches))
             if device == "cuda" and whole_models:
-                jobs.append(lambda b=batch: _time_whole_model(run, trace, b, numerics))
+                jobs.append(partial(_time_whole_model, run, trace, batch, numerics))
             elif whole_models:
                 for fmt in model_fmts:
-                    jobs.append(lambda b=batch, f=fmt: _time_whole_model_cpu(run, trace, b, f,
-                                                                             seed))
+                    jobs.append(partial(_time_whole_model_cpu, run, trace, batch, fmt, seed))
         trace_configs = len(jobs)
         total = rounds * trace_configs
         trace_started = clock()
@@ -588,6 +588,12 @@ def measure(
             "threads": threads, "kernels": time_kernels, "whole_models": bool(whole_models),
             "rounds": rounds, "caches": list(caches)}
     return MeasureResult(frame, budget.total_s, spent, trace_configs, sampled, prov)
+
+
+def _known_sol(sol: tuple, _case) -> tuple:
+    """The speed of light of a trace shape, priced before timing (``_Run.time_gemm``'s
+    ``sol``)."""
+    return sol
 
 
 def _timed_any(run: _Run, job: Callable[[], object]) -> bool:
@@ -769,7 +775,7 @@ def _sample(run: _Run, fmts, budget: Budget, per_config: float, seed: int,
                         seed + 1000 + count)
         source = {"source": "sample", "kind": "linear" if config.groups == 1 else "conv",
                   "why": config.why}
-        job = (lambda c=case, src=source: _time_sample(run, c, src))
+        job = partial(_time_sample, run, case, source)
         if _timed_any(run, job):
             jobs.append(job)
         costs.append(budget.clock() - started)
