@@ -7,12 +7,15 @@ True
 """
 
 from .catalog import CATALOG_DIR, aliases, catalog_names, derive, load, resolve_path, spec_fields
-from .loader import ENERGY_FIELDS, FIELDS, parse_pattern
+from .loader import CACHE_FIELDS, ENERGY_FIELDS, FIELDS, parse_pattern
 from .spec import (
+    CACHE_LEVELS,
+    FIGURES,
     TENSOR_DTYPES,
     VECTOR_DTYPES,
     Accelerator,
     BlockSparse,
+    CacheLevel,
     SparseTensorCore,
     SpecError,
 )
@@ -20,9 +23,13 @@ from .spec import (
 __all__ = [
     "Accelerator",
     "BlockSparse",
+    "CACHE_FIELDS",
+    "CACHE_LEVELS",
     "CATALOG_DIR",
+    "CacheLevel",
     "ENERGY_FIELDS",
     "FIELDS",
+    "FIGURES",
     "SparseTensorCore",
     "SpecError",
     "TENSOR_DTYPES",

@@ -76,7 +76,12 @@ def _flat_spec(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     # Identity does not inherit: a derived GPU is not its parent.
     for key in ("name", "aliases", "description"):
         merged.pop(key, None)
+    # A figure the parent could not confirm stays unconfirmed where the file keeps it.
+    unverified = [path for path in merged.get("unverified", ()) if path not in own]
+    unverified += [path for path in own.get("unverified", ()) if path not in unverified]
     merged.update(own)
+    if unverified:
+        merged["unverified"] = unverified
     return merged
 
 

@@ -15,16 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from .spec import (
+    CACHE_LEVELS,
     ENERGY_TABLES,
+    FIGURES,
     TENSOR_DTYPES,
     VECTOR_DTYPES,
     Accelerator,
     BlockSparse,
+    CacheLevel,
     SparseTensorCore,
     SpecError,
 )
 
-__all__ = ["ENERGY_FIELDS", "FIELDS", "parse_spec_file", "build", "apply_overrides",
+__all__ = ["CACHE_FIELDS", "ENERGY_FIELDS", "FIELDS", "parse_spec_file", "build", "apply_overrides",
            "parse_pattern"]
 
 _PATTERN = re.compile(r"^\s*(\d{1,18})\s*:\s*(\d{1,18})\s*$")
@@ -101,9 +104,10 @@ def _non_negative_seconds(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise SpecError(f"{where}: expected a time in seconds >= 0 such as 5e-6, got {value!r}")
     value = float(value)
-    if not math.isfinite(value) or value < 0:
-        raise SpecError(f"{where}: must be a finite number of seconds >= 0 (0 = no launch "
-                        f"cost), got {value!r}")
+    # No kernel launch takes a second; 1e308 would make every simulated latency infinite.
+    if not math.isfinite(value) or not 0 <= value <= 1.0:
+        raise SpecError(f"{where}: must be a finite number of seconds from 0 to 1 (0 = no "
+                        f"launch cost), got {value!r}")
     return value
 
 
@@ -113,10 +117,24 @@ def _text(value: Any, where: str) -> str:
     return value
 
 
+def _name(value: Any, where: str) -> str:
+    # A spec's name labels every row and chart of its results: an empty one labels nothing.
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(f"{where}: expected the spec's name, a non-empty string, got {value!r}")
+    return value
+
+
 def _texts(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise SpecError(f"{where}: expected a list of strings")
     return tuple(value)
+
+
+def _figures(value: Any, where: str) -> str:
+    if value not in FIGURES:
+        raise SpecError(f"{where}: expected \"peak\" (datasheet figures: the roofline is a "
+                        f"bound) or \"ceiling\" (measured by a probe), got {value!r}")
+    return value
 
 
 def _provenance(value: Any, where: str) -> dict[str, Any]:
@@ -155,7 +173,14 @@ FIELDS: dict[str, Callable[[Any, str], Any]] = {
     "static_power_w": _positive_float,
     "board_power_w": _positive_float,
     "dram_capacity_bytes": _positive_float,
+    # The cache hierarchy (optional): capacity and peak bandwidth per level, totals over the
+    # cores or SMs; they move the warm bound (dse.roofline.memory_time), never a cold one.
+    **{f"cache.{level}_{what}": _positive_float for level in CACHE_LEVELS
+       for what in ("bytes", "bandwidth_bytes_per_s")},
 }
+
+#: The cache-hierarchy fields: optional; they move warm bounds only.
+CACHE_FIELDS = tuple(p for p in FIELDS if p.startswith("cache."))
 
 #: The energy, power and capacity fields: optional; they move the energy and memory outputs
 #: (dse.roofline.energy, dse.roofline.memory) and never a latency.
@@ -165,17 +190,18 @@ ENERGY_FIELDS = tuple(p for p in FIELDS if p.split(".")[0] in (
 
 #: Descriptive keys: they name and document a spec and move no number.
 METADATA: dict[str, Callable[[Any, str], Any]] = {
-    "name": _text,
+    "name": _name,
     "description": _text,
     "aliases": _texts,
     "sources": _texts,
     "unverified": _texts,
     "extends": _text,
     "provenance": _provenance,
+    "figures": _figures,
 }
 
 _TABLES = {"tensor_flops_per_s", "vector_flops_per_s", "sparse_tensor", "block_sparse",
-           *ENERGY_TABLES}
+           "cache", *ENERGY_TABLES}
 
 
 def _flatten(table: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
@@ -286,6 +312,7 @@ def build(flat: Mapping[str, Any], where: str, name: str) -> Accelerator:
                         f"({board:g} W): the board limit caps static plus dynamic power")
     energy = {table: {p.split(".", 1)[1]: v for p, v in values.items()
                       if p.startswith(table + ".")} for table in ENERGY_TABLES}
+    caches = _cache_levels(values, where)
     return Accelerator(
         name=values.get("name", name),
         description=values.get("description", ""),
@@ -299,6 +326,8 @@ def build(flat: Mapping[str, Any], where: str, name: str) -> Accelerator:
         shared_memory_per_sm_bytes=values.get("shared_memory_per_sm_bytes"),
         l2_bytes=values.get("l2_bytes"),
         kernel_launch_overhead_s=values.get("kernel_launch_overhead_s"),
+        cache_levels=caches,
+        figures=values.get("figures", "peak"),
         dram_pj_per_byte=values.get("dram_pj_per_byte"),
         onchip_pj_per_byte=values.get("onchip_pj_per_byte"),
         **energy,
@@ -310,6 +339,27 @@ def build(flat: Mapping[str, Any], where: str, name: str) -> Accelerator:
         unverified=values.get("unverified", ()),
         provenance=values.get("provenance", {}),
     )
+
+
+def _cache_levels(values: Mapping[str, Any], where: str) -> tuple[CacheLevel, ...]:
+    """The ``[cache]`` levels, fastest first: each with both its size and bandwidth; each
+    larger than the one before it (a level that holds less than a faster one explains nothing)."""
+    levels: list[CacheLevel] = []
+    for level in CACHE_LEVELS:
+        size = values.get(f"cache.{level}_bytes")
+        bandwidth = values.get(f"cache.{level}_bandwidth_bytes_per_s")
+        if size is None and bandwidth is None:
+            continue
+        if size is None or bandwidth is None:
+            missing = f"{level}_bytes" if size is None else f"{level}_bandwidth_bytes_per_s"
+            raise SpecError(f"{where}: [cache] level {level} needs both its size and its "
+                            f"bandwidth; add cache.{missing}")
+        if levels and size <= levels[-1].capacity_bytes:
+            raise SpecError(f"{where}: cache.{level}_bytes ({size:g}) must be larger than "
+                            f"cache.{levels[-1].name}_bytes ({levels[-1].capacity_bytes:g}); "
+                            "list levels fastest and smallest first")
+        levels.append(CacheLevel(level, size, bandwidth))
+    return tuple(levels)
 
 
 def _parse_cli_value(path: str, text: str) -> Any:

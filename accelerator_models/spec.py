@@ -13,7 +13,10 @@ from typing import Any
 __all__ = [
     "Accelerator",
     "BlockSparse",
+    "CACHE_LEVELS",
+    "CacheLevel",
     "ENERGY_TABLES",
+    "FIGURES",
     "SpecError",
     "SparseTensorCore",
     "TENSOR_DTYPES",
@@ -28,6 +31,15 @@ VECTOR_DTYPES = ("fp32", "fp16", "bf16")
 ENERGY_TABLES = {"tensor_pj_per_flop": TENSOR_DTYPES,
                  "sparse_tensor_pj_per_flop": TENSOR_DTYPES,
                  "vector_pj_per_flop": VECTOR_DTYPES}
+
+
+#: Cache levels a spec may describe, fastest first (``[cache]`` table: ``l1_bytes``,
+#: ``l1_bandwidth_bytes_per_s``, ...). Capacities and bandwidths are totals over the cores or SMs
+#: a run uses.
+CACHE_LEVELS = ("l1", "l2", "l3")
+#: What a spec's rates are: ``peak`` (datasheet or cores x clock x width: a bound no run beats)
+#: or ``ceiling`` (the best a probe measured: some runs beat it, so what it gives is no bound).
+FIGURES = ("peak", "ceiling")
 
 
 class SpecError(ValueError):
@@ -61,6 +73,16 @@ class BlockSparse:
 
 
 @dataclass(frozen=True)
+class CacheLevel:
+    """One level of the cache hierarchy: its capacity and the peak bandwidth at which it
+    delivers data to the units (both summed over the cores or SMs)."""
+
+    name: str
+    capacity_bytes: float
+    bandwidth_bytes_per_s: float
+
+
+@dataclass(frozen=True)
 class Accelerator:
     """One accelerator, real or hypothetical. Build it with :func:`accelerator_models.load`."""
 
@@ -77,6 +99,11 @@ class Accelerator:
     shared_memory_per_sm_bytes: float | None = None
     l2_bytes: float | None = None
     kernel_launch_overhead_s: float | None = None
+    #: The cache hierarchy, fastest level first (empty: only DRAM is known). Read by the warm
+    #: bound (``dse.roofline.memory_time``); a cold run is bounded by DRAM alone.
+    cache_levels: tuple[CacheLevel, ...] = ()
+    #: ``peak`` or ``ceiling`` (:data:`FIGURES`): whether the roofline on this spec is a bound.
+    figures: str = "peak"
     # Energy, power and capacity: optional, read by dse.roofline.energy and dse.roofline.memory
     # only (the latency bound never reads them). Energy per useful FLOP per dtype, per byte moved
     # to or from DRAM and through the on-chip memories (L2 / shared memory), the static power
@@ -109,13 +136,20 @@ class Accelerator:
             return None if self.sparse_tensor is None else getattr(self.sparse_tensor, tail)
         if head == "block_sparse":
             return getattr(self.block_sparse, tail)
+        if head == "cache":
+            level, _, what = tail.partition("_")
+            found = [c for c in self.cache_levels if c.name == level]
+            if not found:
+                return None
+            return (found[0].capacity_bytes if what == "bytes"
+                    else found[0].bandwidth_bytes_per_s)
         return getattr(self, head).get(tail)
 
     def __getattr__(self, name: str):
         # Dotted paths of the per-dtype energy tables, so that code reading any field with
         # getattr(acc, path) (`dse hw show`) reads these too. Only called when normal lookup fails.
         head, dot, _ = name.partition(".")
-        if dot and head in ENERGY_TABLES:
+        if dot and (head in ENERGY_TABLES or head == "cache"):
             return self.field_value(name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
@@ -134,6 +168,11 @@ class Accelerator:
         have = ", ".join(sorted(rates)) or "none"
         raise SpecError(f"hardware {self.name!r} has no {table}.{dtype} (it has: {have}); "
                         f"pick one of those dtypes or --set {table}.{dtype}=VALUE")
+
+    @property
+    def is_bound(self) -> bool:
+        """Whether this spec's roofline is a bound (peak figures) rather than a ceiling."""
+        return self.figures == "peak"
 
     def supports_nm(self, n: int, m: int) -> bool:
         """Whether the sparse tensor core runs the N:M pattern natively."""

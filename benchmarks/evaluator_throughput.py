@@ -122,7 +122,8 @@ def priced_arrays(problem, ops: np.ndarray) -> dict[str, np.ndarray]:
             "needs": p.needs_support, "csr_wbytes": p.csr_weight_bytes,
             "dense_flops": p.dense_flops, "dense_wbytes": p.dense_weight_bytes,
             "feat_unfused": p.feature_bytes_unfused, "feat_fused": p.feature_bytes_fused,
-            "vflops": p.vector_flops, "ops": ops}
+            "input_unfused": p.input_bytes_unfused, "input_fused": p.input_bytes_fused,
+            "input_read": p.input_read, "vflops": p.vector_flops, "ops": ops}
 
 
 def bind(fn: Callable, arrays: dict[str, np.ndarray]) -> tuple:

@@ -7,7 +7,7 @@
 2
 """
 
-from .base import Capabilities, Format, FormatError, Unit
+from .base import Capabilities, Format, FormatError, Unit, kept_share, read_share
 from .block import Block
 from .dense import Dense
 from .grammar import GRAMMAR_HELP, parse
@@ -24,5 +24,7 @@ __all__ = [
     "NM",
     "Unit",
     "Unstructured",
+    "kept_share",
     "parse",
+    "read_share",
 ]

@@ -12,7 +12,7 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
-__all__ = ["Format", "FormatError", "Capabilities", "Unit"]
+__all__ = ["Format", "FormatError", "Capabilities", "Unit", "kept_share", "read_share"]
 
 
 class FormatError(ValueError):
@@ -85,9 +85,40 @@ class Format(ABC):
         """Bytes of the stored weight values of one group."""
         return value_width_bytes * self.nnz(m, k, density)
 
+    def input_read_share(self, m, k, density=None):
+        """Expected share of the ``K`` rows of ``X`` that a kernel reads for one ``M x K``
+        group under a random mask: a row ``k`` is never read when column ``k`` of ``W`` is
+        empty. Dense reads every row; the sparse formats override this with the chance that
+        one of the column's ``r`` independent slots (rows, blocks) is kept,
+        ``1 - (1 - q)^r``. A checkpoint's real masks give the exact share
+        (:func:`formats.read_share`)."""
+        return np.ones(np.broadcast(m, k).shape)
+
     def useful_flops(self, m, k, n, density=None):
         """FLOPs of the useful work of one group: ``2 * nnz * N``."""
         return 2.0 * self.nnz(m, k, density) * n
 
     def __str__(self) -> str:
         return self.name
+
+
+def kept_share(keep_probability, slots):
+    """``1 - (1 - q)^r``: the chance that at least one of ``r`` independent slots, each kept
+    with probability ``q``, is kept (element-wise). Computed as ``-expm1(r log1p(-q))`` so that
+    a share near 0 (a tiny q) keeps its digits."""
+    q = np.clip(np.asarray(keep_probability, dtype=np.float64), 0.0, 1.0)
+    r = np.asarray(slots, dtype=np.float64)
+    some = q < 1.0
+    return np.where(some, -np.expm1(r * np.log1p(-np.where(some, q, 0.0))), 1.0)
+
+
+def read_share(mask, groups: int = 1) -> float:
+    """The exact share of the rows of ``X`` a kernel reads for a real mask: the share of the
+    columns of ``W`` that hold at least one kept weight. ``mask``: ``[groups * M, K]`` (a
+    convolution's groups stacked along M, as :mod:`formats.masks` views weights); each group
+    reads its own slice of X, so the share is over all groups' columns."""
+    mask = np.asarray(mask, dtype=bool)
+    if mask.ndim != 2 or groups < 1 or mask.shape[0] % groups:
+        raise ValueError(f"mask of shape {mask.shape} does not split into {groups} groups")
+    per_group = mask.reshape(groups, mask.shape[0] // groups, mask.shape[1])
+    return float(per_group.any(axis=1).mean()) if mask.size else 1.0

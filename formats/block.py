@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Capabilities, Format, FormatError, Unit
+from .base import Capabilities, Format, FormatError, Unit, kept_share
 from .sparsity import check_sparsity, percent
 
 MAX_BLOCK = 64
@@ -41,6 +41,11 @@ class Block(Format):
         # BSR: one column index per stored block, one row pointer per block row, plus one.
         b = self.block
         return index_width_bytes * (self.nnz(m, k, density) / (b * b) + np.divide(m, b) + 1.0)
+
+    def input_read_share(self, m, k, density=None):
+        # A block-column of b rows of X is read when any of its M/b blocks is kept.
+        d = self.density if density is None else density
+        return kept_share(d, np.divide(m, self.block)) * np.ones(np.broadcast(m, k).shape)
 
     def runs_natively_on(self, hardware: Capabilities) -> bool:
         return hardware.supports_block(self.block)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Capabilities, Format, FormatError, Unit
+from .base import Capabilities, Format, FormatError, Unit, kept_share
 
 #: The largest group size M. Far beyond any layer's K (a group must divide K), and small enough
 #: that the sparsity 1 - N/M stays below 1 in float64 (1:10**20 would round to 100%).
@@ -50,6 +50,10 @@ class NM(Format):
     def index_bytes(self, m, k, index_width_bytes: float, density=None):
         # N:M metadata has a fixed width per nonzero; the configured index width does not apply.
         return self.nnz(m, k, density) * self.index_bits_per_nonzero / 8.0
+
+    def input_read_share(self, m, k, density=None):
+        # Each of the M rows keeps column k with probability N/M (N of each run of M).
+        return kept_share(self.n / self.m, m) * np.ones(np.broadcast(m, k).shape)
 
     def runs_natively_on(self, hardware: Capabilities) -> bool:
         return hardware.supports_nm(self.n, self.m)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Capabilities, Format, Unit
+from .base import Capabilities, Format, Unit, kept_share
 from .sparsity import check_sparsity, percent
 
 
@@ -36,6 +36,11 @@ class Unstructured(Format):
         # CSR: one column index per nonzero, M + 1 row pointers.
         return index_width_bytes * (self.nnz(m, k, density) + np.asarray(m, dtype=np.float64)
                                     + 1.0)
+
+    def input_read_share(self, m, k, density=None):
+        # Row k of X is read when any of the M weights of column k is kept.
+        d = self.density if density is None else density
+        return kept_share(d, m) * np.ones(np.broadcast(m, k).shape)
 
     def runs_natively_on(self, hardware: Capabilities) -> bool:
         # Every accelerator has vector cores; CSR never needs special hardware.

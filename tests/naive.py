@@ -58,6 +58,23 @@ def _native(fmt, hw):
     return True
 
 
+def _read_share(fmt, m, density, op):
+    """The share of X's rows a sparse kernel reads: the op's recorded share from real masks
+    (block and unstructured, whose densities come from the same checkpoint), else the chance
+    that a column of W keeps at least one of its slots: M rows (N:M keeps N/M of them, CSR the
+    density) or M/b blocks."""
+    if isinstance(fmt, Block | Unstructured) and not math.isnan(op.density) \
+            and not math.isnan(op.input_read_share):
+        return op.input_read_share
+    if isinstance(fmt, NM):
+        q, slots = fmt.n / fmt.m, m
+    elif isinstance(fmt, Block):
+        q, slots = density, m / fmt.block
+    else:
+        q, slots = density, m
+    return 1.0 - (1.0 - q) ** slots
+
+
 def naive_costs(trace, hw, fmt, batch, fallback="dense", dtype="fp16", vector_dtype="fp16",
                 csr_dtype="fp32", index_width=4) -> list[OpCost]:
     """Per-op costs; where the hardware cannot run ``fmt``, the ops that need it run as
@@ -73,14 +90,15 @@ def naive_costs(trace, hw, fmt, batch, fallback="dense", dtype="fp16", vector_dt
     costs = []
     for op in trace.ops.itertuples():
         m, k, n, g = op.m, op.k, op.n * batch, op.groups
-        feats = vb * (op.input_elems + op.output_elems) * batch
         model_in = input_elems * batch if "input" in op.producers else 0
         model_out = op.output_elems * batch if op.name not in consumed else 0
-        feats_fused = vb * (model_in + model_out)
         t_vec = op.vector_flops * batch / vector
 
-        def cost(flops, wbytes, unit, fallback, op=op, feats=feats, feats_fused=feats_fused,
-                 t_vec=t_vec):
+        def cost(flops, wbytes, unit, fallback, op=op, model_in=model_in, model_out=model_out,
+                 t_vec=t_vec, read=1.0):
+            # A sparse kernel reads only the share ``read`` of its input rows.
+            feats = vb * (op.input_elems * read + op.output_elems) * batch
+            feats_fused = vb * (model_in * read + model_out)
             if unit == "vector":
                 compute = flops / csr_rate + t_vec
             else:
@@ -103,14 +121,16 @@ def naive_costs(trace, hw, fmt, batch, fallback="dense", dtype="fp16", vector_dt
         nnz = density * m * k
         flops = 2.0 * nnz * n * g
         bias = vb * (op.weight_elems - g * m * k)  # stays dense
+        # Rows of X are the input's elements only when K x N is the input (linear, 1x1 conv).
+        read = _read_share(fmt, m, density, op) if g * k * op.n == op.input_elems else 1.0
         if _native(fmt, hw):
             unit = {"nm": "sparse_tensor", "block": "tensor", "unstructured": "vector"}[fmt.family]
             wbytes = g * (vb * nnz + _index_bytes(fmt, m, k, nnz, index_width)) + bias
-            costs.append(cost(flops, wbytes, unit, ""))
+            costs.append(cost(flops, wbytes, unit, "", read=read))
             continue
         if fallback == "csr":
             csr_bytes = g * (vb * nnz + index_width * (nnz + m + 1)) + bias
-            costs.append(cost(flops, csr_bytes, "vector", "hw:csr"))
+            costs.append(cost(flops, csr_bytes, "vector", "hw:csr", read=read))
         else:
             costs.append(cost(2.0 * m * k * n * g, vb * op.weight_elems, "tensor", "hw:dense"))
     return costs
@@ -143,30 +163,37 @@ def naive_totals(costs: list[OpCost], scope: str) -> dict[str, float]:
 
 
 def numpy_design_totals(hw, native_ok, batches, flops, wbytes, unit, needs, csr_wbytes,
-                        dense_flops, dense_wbytes, feat_unfused, feat_fused, vflops, ops):
+                        dense_flops, dense_wbytes, feat_unfused, feat_fused, input_unfused,
+                        input_fused, input_read, vflops, ops):
     """Vectorized totals over (hardware, format, batch, op): latency unfused, fused, prefetched.
 
-    Same arguments as ``dse.roofline.kernels.design_totals`` less ``fallback_ops``; returns the
-    latencies ``(D, 3)`` (unfused, fused, fused_prefetched).
+    The pricing arrays (``feat_*`` every input row read, ``input_*`` their input part,
+    ``input_read`` the share of input rows the format's kernel reads); returns the latencies
+    ``(D, 3)`` (unfused, fused, fused_prefetched).
     """
     flops, wbytes, unit = flops[:, ops], wbytes[:, ops], unit[:, ops]
     needs, csr_wbytes = needs[:, ops], csr_wbytes[:, ops]
     dense_flops, dense_wbytes = dense_flops[ops], dense_wbytes[ops]
+    unread = 1.0 - input_read[:, ops]
+    own_unfused = feat_unfused[ops] - input_unfused[ops] * unread  # (F, P)
+    own_fused = feat_fused[ops] - input_fused[ops] * unread
     feat_unfused, feat_fused, vflops = feat_unfused[ops], feat_fused[ops], vflops[ops]
     # Axes: (H, F, B, P).
     inv_bw, inv_tc, inv_sp, inv_csr, inv_vec = (hw[:, c][:, None, None, None] for c in range(5))
     batch = batches[None, None, :, None]
     t_vec = vflops * batch * inv_vec
 
-    def times(fl, wb, u):
+    def times(fl, wb, u, fu, ff):
         t_gemm = fl * batch * np.where(u == 1, inv_sp, np.where(u == 2, inv_csr, inv_tc))
         c = np.where(u == 2, t_gemm + t_vec, np.maximum(t_gemm, t_vec))
-        return c, (wb + feat_unfused * batch) * inv_bw, (wb + feat_fused * batch) * inv_bw
+        return c, (wb + fu * batch) * inv_bw, (wb + ff * batch) * inv_bw
 
-    own = times(flops[None, :, None, :], wbytes[None, :, None, :], unit[None, :, None, :])
+    own_features = own_unfused[None, :, None, :], own_fused[None, :, None, :]
+    own = times(flops[None, :, None, :], wbytes[None, :, None, :], unit[None, :, None, :],
+                *own_features)
     fallback = needs[None, :, None, :] & ~native_ok[:, :, None, None]
-    dense = times(dense_flops, dense_wbytes, 0)
-    csr = times(flops[None, :, None, :], csr_wbytes[None, :, None, :], 2)
+    dense = times(dense_flops, dense_wbytes, 0, feat_unfused, feat_fused)
+    csr = times(flops[None, :, None, :], csr_wbytes[None, :, None, :], 2, *own_features)
     results = []
     for alternative in (dense, csr):
         c, m, f = (np.where(fallback, alt, mine) for alt, mine in zip(alternative, own,

@@ -114,3 +114,38 @@ def test_fingerprint_names_the_machine_without_importing_torch():
     facts = host.fingerprint("cpu")
     assert facts["device"] == "cpu" and facts["cores"] >= 1 and facts["cpu_model"]
     assert facts["device_name"] == facts["cpu_model"]
+
+
+def test_a_probed_spec_is_a_ceiling_with_its_cache_levels(tmp_path):
+    result = _result()
+    result.figures["l1_read"] = _figure(900e9, "B/s")
+    result.figures["l2_read"] = _figure(400e9, "B/s")
+    result.fields.update({"cache.l1_bytes": 98304.0, "cache.l1_bandwidth_bytes_per_s": 900e9,
+                          "cache.l2_bytes": 2097152.0, "cache.l2_bandwidth_bytes_per_s": 400e9})
+    path = tmp_path / "host.toml"
+    path.write_text(probe_spec_toml(result))
+    acc = accelerator_models.load(str(path))
+    # Measured figures are ceilings: the roofline on them is no bound, and says so.
+    assert acc.figures == "ceiling" and not acc.is_bound
+    assert [(c.name, c.capacity_bytes, c.bandwidth_bytes_per_s) for c in acc.cache_levels] \
+        == [("l1", 98304.0, 900e9), ("l2", 2097152.0, 400e9)]
+    assert "not a bound" in path.read_text()
+
+
+def test_a_probed_figure_is_the_best_of_its_repeats():
+    from dse.measure.probe import _figure as figure
+
+    rate = figure([1.0, 3.0, 2.0], "B/s", "m")
+    assert (rate.value, rate.median, rate.min, rate.max) == (3.0, 2.0, 1.0, 3.0)
+    assert rate.spread == pytest.approx((3.0 - 1.0) / 2.0)
+    seconds = figure([2e-6, 1e-6, 3e-6], "s", "m")
+    assert seconds.value == 1e-6
+
+
+def test_cache_read_bandwidth_is_measured_per_level():
+    from dse.measure.probe import _cache_bandwidths
+
+    figures = _cache_bandwidths(3, {"l1d": 49152, "l2": 1048576, "l3": 8 * 1048576})
+    assert set(figures) == {"l1_read", "l2_read", "l3_read"}
+    for fig in figures.values():
+        assert fig.unit == "B/s" and fig.repeats == 3 and fig.value >= fig.median > 1e8

@@ -86,8 +86,8 @@ def test_numpy_reference_matches_kernel(trace, hardware, fmts, batches):
     expected = naive.numpy_design_totals(
         problem.hw, problem.native_ok, problem.batches, p.flops, p.weight_bytes, p.unit,
         p.needs_support, p.csr_weight_bytes, p.dense_flops, p.dense_weight_bytes,
-        p.feature_bytes_unfused, p.feature_bytes_fused, p.vector_flops,
-        np.arange(len(trace), dtype=np.int64))
+        p.feature_bytes_unfused, p.feature_bytes_fused, p.input_bytes_unfused,
+        p.input_bytes_fused, p.input_read, p.vector_flops, np.arange(len(trace), dtype=np.int64))
     totals = problem.totals("all")
     for column, fusion in enumerate(dse.FUSIONS):
         latency, _ = dse.roofline.evaluator.fusion_latency(totals, fusion)
@@ -98,7 +98,8 @@ def test_kernel_column_layout():
     # The evaluator reads the kernel's columns by name; they must be distinct and in range.
     columns = [_kernels.T_UNFUSED, _kernels.T_FUSED, _kernels.T_COMPUTE,
                _kernels.T_MEMORY_UNFUSED, _kernels.T_MEMORY_FUSED, _kernels.T_WEIGHT_BYTES,
-               _kernels.T_FLOPS, _kernels.T_MEMBOUND_UNFUSED, _kernels.T_MEMBOUND_FUSED]
+               _kernels.T_FLOPS, _kernels.T_MEMBOUND_UNFUSED, _kernels.T_MEMBOUND_FUSED,
+               _kernels.T_FEATURES_UNFUSED, _kernels.T_FEATURES_FUSED]
     assert sorted(columns) == list(range(_kernels.TOTAL_COLUMNS))
 
 

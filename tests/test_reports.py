@@ -123,7 +123,7 @@ def fake_accelerator(nonzero_rate=1.0):
     rates = {"fp16": 100.0, "fp32": 25.0}
     return SimpleNamespace(name="fake", dram_bandwidth_bytes_per_s=10.0,
                            tensor_rate=lambda d: 400.0, vector_rate=lambda d: rates[d],
-                           nonzero_rate=nonzero_rate, sparse_tensor=object())
+                           nonzero_rate=nonzero_rate, sparse_tensor=object(), cache_levels=())
 
 
 def test_roofline_data_by_value():

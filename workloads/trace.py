@@ -67,7 +67,10 @@ COLUMNS: dict[str, type] = {
 
 #: Optional columns. ``density``: the nonzero fraction of a prunable op's weights in a pruned
 #: checkpoint (``dse workloads export --sparsity-from``); absent (NaN) where unknown.
-OPTIONAL: dict[str, type] = {"density": float}
+#: ``input_read_share``: the share of the rows of X that the op's sparse kernel reads under the
+#: checkpoint's real masks (columns of W with a kept weight, :func:`formats.read_share`); absent
+#: (NaN) where unknown, and the evaluator then takes the format's expected share.
+OPTIONAL: dict[str, type] = {"density": float, "input_read_share": float}
 
 #: Columns that scale with the batch size (stored per sample).
 PER_SAMPLE = ("n", "input_elems", "output_elems", "vector_flops")
@@ -188,6 +191,8 @@ class Trace:
             row = {c: _check_value(c, record[c], label) for c in COLUMNS}
             _check_op(row, label, seen, model_input_elems)
             row["density"] = _check_density(record.get("density"), row, label)
+            row["input_read_share"] = _check_density(record.get("input_read_share"), row, label,
+                                                     "input_read_share")
             seen.add(row["name"])
             rows.append(row)
         for column, total in (("weight_elems", sum(r["weight_elems"] for r in rows)),
@@ -200,7 +205,7 @@ class Trace:
         ops = pd.DataFrame(rows, columns=[*COLUMNS, *OPTIONAL])
         ops = ops.astype({c: "int64" for c, t in COLUMNS.items() if t is int}
                          | {"vector_flops": "float64", "prunable": "bool",
-                            "density": "float64"})
+                            "density": "float64", "input_read_share": "float64"})
         consumed = {p for producers in ops["producers"] for p in producers}
         reads_input = ops["producers"].map(lambda ps: MODEL_INPUT in ps)
         # Fusion bookkeeping: only model inputs and outputs cross DRAM in the fused models.
@@ -255,21 +260,23 @@ class Trace:
                     record[column] = float(record[column])
                 elif kind is list:
                     record[column] = list(record[column])
-        for record, density in zip(records, self.ops["density"], strict=True):
-            if not math.isnan(density):
-                record["density"] = float(density)
+        for column in OPTIONAL:
+            for record, value in zip(records, self.ops[column], strict=True):
+                if not math.isnan(value):
+                    record[column] = float(value)
         return {"schema": SCHEMA, "model": self.model, "input_shape": list(self.input_shape),
                 "provenance": dict(self.provenance), "ops": records}
 
 
-def _check_density(value: Any, row: dict[str, Any], label: str) -> float:
+def _check_density(value: Any, row: dict[str, Any], label: str,
+                   column: str = "density") -> float:
     if value is None:
         return math.nan
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not 0.0 <= value <= 1.0:
-        raise TraceError(f"{label}: density must be a number from 0 to 1, got {value!r}")
+        raise TraceError(f"{label}: {column} must be a number from 0 to 1, got {value!r}")
     if not row["prunable"]:
-        raise TraceError(f"{label}: only prunable ops carry a density")
+        raise TraceError(f"{label}: only prunable ops carry a {column}")
     return float(value)
 
 
@@ -313,7 +320,10 @@ def read_trace_file(path: Path) -> Trace:
     """Load and validate one trace JSON file."""
     where = str(path)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8"),
+                              object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise TraceError(f"{where}: key {exc} appears twice in one object; keep one") from None
     except FileNotFoundError:
         raise TraceError(f"{where}: no such trace file; give a shipped model name "
                          "(see the README) or a path to a trace .json") from None
@@ -329,9 +339,44 @@ def read_trace_file(path: Path) -> Trace:
     for key in ("model", "input_shape", "provenance", "ops"):
         if key not in document:
             raise TraceError(f"{where}: missing top-level key {key!r}")
+    unknown = sorted(set(document) - {"schema", "model", "input_shape", "provenance", "ops"})
+    if unknown:
+        raise TraceError(f"{where}: unknown top-level key {unknown[0]!r}; a trace has schema, "
+                         "model, input_shape, provenance and ops")
+    if not isinstance(document["model"], str) or not document["model"].strip():
+        raise TraceError(f"{where}: 'model' must be the model's name, a non-empty string, "
+                         f"got {document['model']!r}")
+    found = _non_finite(document["provenance"], "provenance")
+    if found:
+        raise TraceError(f"{where}: {found} is NaN or infinite; every number must be finite")
     if not isinstance(document["ops"], list) or not isinstance(document["provenance"], dict):
         raise TraceError(f"{where}: 'ops' must be a list and 'provenance' an object")
     if not isinstance(document["input_shape"], list):
         raise TraceError(f"{where}: 'input_shape' must be a list of positive integers")
     return Trace.from_records(str(document["model"]), document["input_shape"],
                               document["ops"], document["provenance"], where=where)
+
+
+class _DuplicateKey(ValueError):
+    """A key given twice in one JSON object (json keeps the last one silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise _DuplicateKey(repr(next(k for k in keys if keys.count(k) > 1)))
+    return dict(pairs)
+
+
+def _non_finite(value: Any, where: str) -> str | None:
+    """The key path of the first NaN or infinity inside ``value``, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    items = value.items() if isinstance(value, dict) else (
+        enumerate(value) if isinstance(value, list) else ())
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}" if isinstance(value, dict)
+                            else f"{where}[{key}]")
+        if found:
+            return found
+    return None

@@ -49,7 +49,8 @@ _MIB = 2**20
 
 @dataclass(frozen=True)
 class Figure:
-    """One measured figure: ``value`` (the median over ``repeats``) and its spread."""
+    """One measured figure: ``value`` (the best of ``repeats``: the highest rate, the shortest
+    time), its median and its spread."""
 
     value: float
     unit: str
@@ -57,11 +58,13 @@ class Figure:
     repeats: int
     min: float
     max: float
+    median: float = float("nan")
 
     @property
     def spread(self) -> float:
         """(max - min) / median over the repeats: how much reruns may differ."""
-        return (self.max - self.min) / self.value if self.value else float("nan")
+        middle = self.median if math.isfinite(self.median) else self.value
+        return (self.max - self.min) / middle if middle else float("nan")
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,11 @@ class ProbeResult:
 
 
 def _figure(samples: list[float], unit: str, method: str) -> Figure:
-    return Figure(statistics.median(samples), unit, method, len(samples), min(samples),
-                  max(samples))
+    # A ceiling is the best of the repeats (the most a rate reached, the least a time took),
+    # not one moment of a shared machine; the median and spread stay in the provenance.
+    best = min(samples) if unit == "s" else max(samples)
+    return Figure(best, unit, method, len(samples), min(samples), max(samples),
+                  statistics.median(samples))
 
 
 # --- CPU ------------------------------------------------------------------------------------
@@ -132,6 +138,51 @@ def _samples(fn: Callable[[], object], repeats: int, warmup: int = 1) -> list[fl
         t0 = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t0)
+    return out
+
+
+def _read_kernel():
+    import numba
+
+    @numba.njit(parallel=True, fastmath=True, cache=False)
+    def read(x, reps):
+        # Each thread sums its own row `reps` times: the row stays in the cache level it fits.
+        total = 0.0
+        for t in numba.prange(x.shape[0]):
+            row = x[t]
+            acc = 0.0
+            for _ in range(reps):
+                for i in range(row.shape[0]):
+                    acc += row[i]
+            total += acc
+        return total
+
+    return read
+
+
+def _cache_bandwidths(repeats: int, caches: dict[str, int]) -> dict[str, Figure]:
+    """Read bandwidth of each cache level, all threads at once, each reading a row of half its
+    share of the level (so that it stays there): ceilings for the warm expectation, never the
+    bound's peaks."""
+    import numpy as np
+
+    threads = _threads()
+    read = _read_kernel()
+    out = {}
+    # (level, bytes a thread may use): L1d and L2 are per core, L3 is shared.
+    levels = [(name, caches[key] // 2 if key != "l3" else caches[key] // (2 * threads))
+              for name, key in (("l1", "l1d"), ("l2", "l2"), ("l3", "l3")) if caches.get(key)]
+    for name, per_thread in levels:
+        n = max(per_thread // 4, 1024)
+        x = np.ones((threads, n), np.float32)
+        reps = max(1, int(2e9 // (4 * n * threads)) // 10)
+        read(x, 1)
+        times = _samples(lambda x=x, reps=reps: read(x, reps), repeats)
+        out[f"{name}_read"] = _figure(
+            [4 * n * threads * reps / t for t in times], "B/s",
+            f"numba float32 sum over {threads} rows of {4 * n // 1024} KiB (half a "
+            f"{'core' if name != 'l3' else 'thread'}'s share of {name}), {reps} passes, "
+            f"{threads} threads")
     return out
 
 
@@ -237,6 +288,7 @@ def _probe_cpu(repeats: int, progress: Callable[[int, int], None] | None) -> Pro
 
     figures: dict[str, Figure] = {}
     figures["dram_triad"] = _dram_bandwidth(repeats, caches)
+    figures.update(_cache_bandwidths(repeats, caches))
     tick()
     figures["vector_fma_fp32"] = _vector_fp32(repeats)
     tick()
@@ -277,7 +329,16 @@ def _probe_cpu(repeats: int, progress: Callable[[int, int], None] | None) -> Pro
             notes.append(f"no tensor_flops_per_s.{dtype}: the CPU lacks native {dtype} "
                          f"instructions; torch emulates it at "
                          f"{figures[f'gemm_{dtype}'].value:.3g} FLOP/s (in [provenance])")
+    # The cache levels the probe could size and time, as measured ceilings (whole spec:
+    # figures = "ceiling"); sizes are totals over the threads for the private levels.
+    for level, key in (("l1", "l1d"), ("l2", "l2"), ("l3", "l3")):
+        if f"{level}_read" in figures and caches.get(key):
+            sources[f"cache.{level}_bandwidth_bytes_per_s"] = f"{level}_read"
     fields: dict[str, Any] = {path: figures[name].value for path, name in sources.items()}
+    for level, key in (("l1", "l1d"), ("l2", "l2"), ("l3", "l3")):
+        if f"cache.{level}_bandwidth_bytes_per_s" in fields:
+            size = caches[key] * (threads if key != "l3" else 1)
+            fields[f"cache.{level}_bytes"] = float(size)
     fields["block_sparse.supported"] = True
     fields["block_sparse.min_block_size"] = 1
     fields["sm_count"] = threads
@@ -429,12 +490,16 @@ def probe_spec_toml(result: ProbeResult, name: str = "host",
     device = facts.get("device_name", facts.get("cpu_model", "unknown"))
     lines = [
         f"# Written by `{command}` on {facts.get('date', '')}: measured ceilings of this "
-        "machine, not a datasheet.",
+        "machine (the best of the repeats), not a datasheet: the roofline on this spec is an "
+        "estimate, not a bound.",
         f"# Reruns on an idle machine agree within the spread given per figure in [provenance]; "
         f"idle during this probe: {facts.get('idle')}.",
         *(f"# {note}" for note in result.notes),
         f"name = {_toml_value(name)}",
         f"description = {_toml_value(f'{device} ({result.device}, probed)')}",
+        # Measured ceilings, not peaks: some runs beat them, so the roofline on this spec is an
+        # estimate, never a bound (a bound needs a spec of peaks, such as a catalog entry).
+        'figures = "ceiling"',
     ]
     if result.extends:
         lines.append(f"extends = {_toml_value(result.extends)}")
@@ -465,5 +530,7 @@ def probe_spec_toml(result: ProbeResult, name: str = "host",
                   f"value = {_toml_value(fig.value)}", f"unit = {_toml_value(fig.unit)}",
                   f"method = {_toml_value(fig.method)}", f"repeats = {fig.repeats}",
                   f"min = {_toml_value(fig.min)}", f"max = {_toml_value(fig.max)}",
+                  *([f"median = {_toml_value(fig.median)}"] if math.isfinite(fig.median)
+                    else []),
                   f"spread = {_toml_value(round(fig.spread, 4))}"]
     return "\n".join(lines) + "\n"

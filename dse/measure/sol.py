@@ -1,16 +1,22 @@
 """The speed of light of measured kernels: dse's own roofline of each measured configuration,
-so that a measurement's ``sol_fraction`` is the share of the bound that real kernel reaches."""
+so that a measurement's ``sol_fraction`` is the share of the bound that real kernel reaches.
+
+A bound holds under the condition the kernel ran in: a cold row (caches flushed) is bounded by
+DRAM, a warm row by the cache hierarchy (:func:`dse.roofline.memory_time`). A sparse kernel is
+charged only the rows of X its nonzeros read: the row's own ``input_read_share`` where its mask
+was recorded, else the format's expected share under a random mask."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+import formats
 import workloads
 
-from ..roofline import Numerics, evaluate_layers
+from ..roofline import Numerics, evaluate_layers, memory_time
 
-__all__ = ["sol_columns", "sol_from_layers"]
+__all__ = ["bound_columns", "cold_reference", "row_features", "sol_columns", "sol_from_layers"]
 
 
 def sol_from_layers(layers: pd.DataFrame) -> dict[str, tuple[float, str, float, float]]:
@@ -34,28 +40,36 @@ def sol_columns(frame: pd.DataFrame, hw, value_dtype: str = "tf32", vector_dtype
         if column not in out:
             out[column] = ""
     gemm = out["family"] != "vector"
+    caches = _conditions(out)
+    read = (out["input_read_share"].to_numpy(dtype=float) if "input_read_share" in out
+            else np.full(len(out), np.nan))
     if features is None:
         features = np.stack([out["groups"] * out["k"] * out["n"],
                              out["groups"] * out["m"] * out["n"]], axis=1)
     features = np.asarray(features, dtype=np.int64)
     width = out["index_dtype"].map({"int64": 8, "int16": 2}).fillna(4).astype(int)
-    for (fmt, index_width), group in out[gemm].groupby([out["format"], width]):
+    for (fmt, index_width, cache), group in out[gemm].groupby([out["format"], width, caches]):
+        parsed = formats.parse(fmt)
         records = []
         for pos in group.index:
             row = out.loc[pos]
             i = out.index.get_loc(pos)
-            records.append({
+            record = {
                 "name": f"op{pos}", "kind": "conv" if row["groups"] > 1 else "linear",
                 "m": int(row["m"]), "k": int(row["k"]), "n": int(row["n"]),
                 "groups": int(row["groups"]),
                 "weight_elems": int(row["groups"] * row["m"] * row["k"]),
                 "input_elems": int(features[i, 0]), "output_elems": int(features[i, 1]),
-                "vector_flops": 0.0, "prunable": True, "producers": ["input"]})
+                "vector_flops": 0.0, "prunable": True, "producers": ["input"]}
+            if parsed.takes_layer_density and np.isfinite(read[i]):
+                # The row's own mask: the format's density with the exact share of X read.
+                record |= {"density": parsed.density, "input_read_share": float(read[i])}
+            records.append(record)
         trace = workloads.Trace.from_records("measured", [1], records)
         numerics = Numerics(dtype=value_dtype, vector_dtype=vector_dtype,
                                 csr_dtype=csr_dtype, index_width_bytes=int(index_width))
         layers = evaluate_layers(trace, hw, fmt, batches=1, fusion="unfused",
-                                     scope="all", numerics=numerics)
+                                     scope="all", numerics=numerics, cache=cache)
         sol = sol_from_layers(layers[layers["format"] == fmt])
         for pos in group.index:
             time_s, bound, flops, dram = sol[f"op{pos}"]
@@ -64,3 +78,62 @@ def sol_columns(frame: pd.DataFrame, hw, value_dtype: str = "tf32", vector_dtype
     out.loc[gemm, "hw"] = hw.name
     out["sol_fraction"] = out["sol_s"] / out["median_s"]
     return out
+
+
+def _conditions(frame: pd.DataFrame) -> pd.Series:
+    """Each row's cache condition: ``warm`` where it was timed warm, else ``cold``."""
+    cache = frame["cache"].astype(str) if "cache" in frame else pd.Series("", index=frame.index)
+    return cache.where(cache == "warm", "cold")
+
+
+def bound_columns(frame: pd.DataFrame, hw, value_dtype: str = "tf32",
+                  vector_dtype: str = "fp32", csr_dtype: str = "fp32",
+                  features: np.ndarray | None = None) -> pd.DataFrame:
+    """Every row's bound under the condition it was timed in (``cache``: cold rows on DRAM, warm
+    rows on the cache hierarchy of ``hw``): GEMM rows by :func:`sol_columns`, vector ops from
+    their own ``flops`` and ``bytes`` (``max(FLOPs / vector peak, memory_time(bytes))``). Rows
+    with an error keep what they have. ``hw`` should be a spec of physical peaks
+    (``figures = "peak"``): on measured ceilings the result is no bound."""
+    out = sol_columns(frame, hw, value_dtype, vector_dtype, csr_dtype, features)
+    vector = (out["family"] == "vector") & (out["error"].fillna("") == "")
+    if vector.any():
+        rows = out[vector]
+        compute = rows["flops"].to_numpy(dtype=float) / hw.vector_rate(vector_dtype)
+        nbytes = rows["bytes"].to_numpy(dtype=float)
+        caches = _conditions(rows)
+        memory = np.where(caches == "warm",
+                          memory_time(nbytes, hw, "warm") if (caches == "warm").any() else 0.0,
+                          memory_time(nbytes, hw, "cold"))
+        out.loc[vector, "sol_s"] = np.maximum(compute, memory)
+        out.loc[vector, "sol_bound"] = np.where(memory > compute, "memory", "compute")
+        out.loc[vector, "hw"] = hw.name
+        out["sol_fraction"] = out["sol_s"] / out["median_s"]
+    return out
+
+
+def row_features(frame: pd.DataFrame) -> np.ndarray:
+    """Per row, the input and output elements its bound charges: a trace row's own op's tensors
+    (times its batch: a k x k convolution reads its input, not the im2col matrix), else the
+    GEMM's ``K x N`` and ``M x N`` per group."""
+    features = np.stack([frame["groups"] * frame["k"] * frame["n"],
+                         frame["groups"] * frame["m"] * frame["n"]], axis=1).astype(np.int64)
+    traces: dict[str, pd.DataFrame] = {}
+    for i, row in enumerate(frame.itertuples(index=False)):
+        if row.source != "trace" or not row.model or row.family in ("vector", "model"):
+            continue
+        if row.model not in traces:
+            traces[row.model] = workloads.load_trace(row.model).ops.set_index("name")
+        op = traces[row.model].loc[row.op]
+        features[i] = (int(op["input_elems"]) * row.batch, int(op["output_elems"]) * row.batch)
+    return features
+
+
+def cold_reference(frame: pd.DataFrame, hw, value_dtype: str = "tf32",
+                   vector_dtype: str = "fp32", csr_dtype: str = "fp32") -> np.ndarray:
+    """Per row, the cold (DRAM) bound on ``hw``, whatever the condition the row ran in: the
+    reference the kernel predictors learn their fraction of. The expectation prices every op
+    from the cold bound of the hardware it is evaluated on, warm or cold being a feature, so
+    training must use the same reference."""
+    cold = frame.assign(cache="cold")
+    return bound_columns(cold, hw, value_dtype, vector_dtype, csr_dtype,
+                         features=row_features(cold))["sol_s"].to_numpy()

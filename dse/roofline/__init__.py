@@ -8,6 +8,7 @@ cap) and in memory (:mod:`.memory`: peak resident bytes, fits, the largest batch
 Imports only the ground packages (``formats``, ``accelerator_models``, ``workloads``).
 """
 
+from .caches import CACHE_CONDITIONS, CacheError, memory_time
 from .energy import ENERGY_COLUMNS, energy_frame, evaluate_energy, evaluate_layer_frames
 from .evaluator import (
     DEFAULT_NUMERICS,
@@ -23,10 +24,13 @@ from .memory import MEMORY_COLUMNS, activation_peak, evaluate_memory, memory_fra
 from .numerics import DTYPE_BYTES, Numerics, NumericsError
 
 __all__ = [
+    "CACHE_CONDITIONS",
+    "CacheError",
     "DEFAULT_NUMERICS",
     "ENERGY_COLUMNS",
     "MEMORY_COLUMNS",
     "activation_peak",
+    "memory_time",
     "energy_frame",
     "evaluate_energy",
     "evaluate_layer_frames",

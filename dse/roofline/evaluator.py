@@ -29,6 +29,7 @@ from workloads import MAX_BATCH, Trace, load_trace
 
 from . import fusion_rules
 from . import kernels as K
+from .caches import CACHE_CONDITIONS, memory_pieces
 from .numerics import Numerics
 from .pricing import (
     KERNEL_CSR,
@@ -37,14 +38,17 @@ from .pricing import (
     KernelArrays,
     Pricing,
     feature_bytes_rules,
+    format_features,
     kernel_arrays,
+    kernel_features,
     price,
+    read_all,
     stack_formats,
 )
 
-__all__ = ["DEFAULT_NUMERICS", "FUSIONS", "SCOPES", "EvaluationError", "Problem", "evaluate",
-           "evaluate_layers", "feature_bytes", "fusion_latency", "fusion_models", "label_column",
-           "Peaks", "peaks", "pick_fallback", "prepare"]
+__all__ = ["DEFAULT_NUMERICS", "FUSIONS", "SCOPES", "EvaluationError", "Problem",
+           "all_rows_read", "evaluate", "evaluate_layers", "feature_bytes", "fusion_latency",
+           "fusion_models", "label_column", "Peaks", "peaks", "pick_fallback", "prepare"]
 
 FUSIONS = ("unfused", "fused", "fused_prefetched")
 DEFAULT_NUMERICS = Numerics()  # frozen, so one shared default is safe
@@ -60,14 +64,19 @@ def fusion_models() -> tuple[str, ...]:
     return FUSIONS + tuple(fusion_rules.PREFIX + n for n in fusion_rules.names())
 
 
-def feature_bytes(pricing: Pricing, trace: Trace, fusion: str) -> np.ndarray:
-    """Per op (whole trace), the feature bytes per sample through DRAM under ``fusion``."""
-    if fusion == "unfused":
-        return pricing.feature_bytes_unfused
+def all_rows_read(pricing: Pricing, trace: Trace, fusion: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per op (whole trace), the feature bytes per sample through DRAM under ``fusion`` with
+    every input row read, and their input part."""
     table = fusion_rules.table_for(fusion)
     if table is None:
-        return pricing.feature_bytes_fused
+        return read_all(pricing, "unfused" if fusion == "unfused" else "fused")
     return feature_bytes_rules(trace, table, pricing.numerics)
+
+
+def feature_bytes(pricing: Pricing, trace: Trace, fusion: str) -> np.ndarray:
+    """``(F, P)``: per format and op (whole trace), the feature bytes per sample through DRAM
+    under ``fusion`` when the format's own kernel runs (reading only the input rows it needs)."""
+    return format_features(pricing, all_rows_read(pricing, trace, fusion))
 
 
 @dataclass(frozen=True)
@@ -104,7 +113,8 @@ class Problem:
         """What the kernels take as fused feature bytes: the rules' under ``rules:NAME``."""
         if fusion_rules.table_for(fusion) is None:
             return a.feature_bytes_fused
-        return np.ascontiguousarray(feature_bytes(self.pricing, self.trace, fusion)[a.ops])
+        return kernel_features(self.pricing, all_rows_read(self.pricing, self.trace, fusion),
+                               a.ops)
 
     def design_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(hardware, format, batch) index of every design, in kernel order."""
@@ -162,7 +172,9 @@ def peaks(acc: Accelerator, numerics: Numerics = DEFAULT_NUMERICS) -> Peaks:
     """The ceilings the roofline divides by, for ``acc`` under ``numerics``."""
     tensor = acc.tensor_rate(numerics.dtype)
     sparse = tensor * acc.nonzero_rate if acc.sparse_tensor is not None else tensor
-    return Peaks(acc.dram_bandwidth_bytes_per_s, tensor, sparse,
+    # A cold run's bytes come from DRAM through every cache level's link: the slowest bounds.
+    (seconds_per_byte,) = memory_pieces(acc, "cold")[1]
+    return Peaks(1.0 / seconds_per_byte, tensor, sparse,
                  acc.vector_rate(numerics.csr_dtype), acc.vector_rate(numerics.vector_dtype))
 
 
@@ -294,7 +306,8 @@ def _totals_frame(problem: Problem, scope: str, fusions: list[str],
         latency, memory = fusion_latency(chosen, fusion)
         membound = chosen[:, K.T_MEMBOUND_UNFUSED if fusion == "unfused"
                           else K.T_MEMBOUND_FUSED]
-        features = feature_bytes(p, problem.trace, fusion)[ops].sum() * batch
+        features = chosen[:, K.T_FEATURES_UNFUSED if fusion == "unfused"
+                          else K.T_FEATURES_FUSED]
         compute = chosen[:, K.T_COMPUTE]
         weight_bytes = chosen[:, K.T_WEIGHT_BYTES]
         dram = weight_bytes + features
@@ -334,8 +347,15 @@ def evaluate_layers(
     fusion: str = "unfused",
     scope: str = "gemm",
     numerics: Numerics = DEFAULT_NUMERICS,
+    cache: str = "cold",
 ) -> pd.DataFrame:
     """Per-op costs of every design point: one row per (design, op).
+
+    ``cache``: ``cold`` (every byte from DRAM: the Sparsity Roofline's bound, as isolated
+    kernels are measured) or ``warm`` (the op runs back to back, as inside a model: its bytes
+    may come from the caches, bounded by :func:`dse.roofline.memory_time`; needs the spec's
+    ``[cache]`` levels). Each op's memory time is bounded on its own, which holds whatever the
+    caches held when it started, so a sum of per-op times bounds a sequence of ops.
 
     ``memory_s`` is the op's memory time under ``fusion`` (all its features for ``unfused``,
     only model inputs and outputs for the fused models, the features on unfused edges for
@@ -346,7 +366,9 @@ def evaluate_layers(
     """
     (fusion,) = _choices(fusion, fusion_models(), "fusion")
     (scope,) = _choices(scope, SCOPES, "scope")
+    (cache,) = _choices(cache, CACHE_CONDITIONS, "cache condition")
     problem = prepare(trace, hardware, formats, batches, numerics)
+    pieces = [memory_pieces(acc, cache) for acc in problem.accelerators]  # checked before work
     a = problem.arrays(scope)
     ops = a.ops
     h, f, b = problem.design_index()
@@ -359,6 +381,8 @@ def evaluate_layers(
         a.weight_bytes, a.feature_bytes_unfused, problem._fused_features(a, fusion),
         a.vector_flops)
     memory = (mem if fusion == "unfused" else mem_fused).ravel()
+    features = (a.feature_bytes_unfused if fusion == "unfused"
+                else problem._fused_features(a, fusion))
     compute = compute.ravel()
     n_designs, n_ops = len(h), len(ops)
     d = np.repeat(np.arange(n_designs), n_ops)
@@ -374,6 +398,12 @@ def evaluate_layers(
     k, j = kernels[d], np.tile(np.arange(n_ops), n_designs)
     unit_names = np.where(a.sparse_flops[k, f, j] > 0, "sparse_tensor",
                           np.where(a.tensor_flops[k, f, j] > 0, "tensor", "vector"))
+    dram_bytes = wb.ravel() + features[k, f, j] * problem.batches[b]
+    if cache == "warm":
+        for i, (capacity, rates) in enumerate(pieces):
+            rows = h == i
+            memory[rows] = (np.maximum(dram_bytes[rows, None] - capacity, 0.0)
+                            * rates).max(axis=1)
     return pd.DataFrame({
         "model": problem.trace.model,
         "hardware": np.array([a.name for a in problem.accelerators], dtype=object)[h],
@@ -391,10 +421,6 @@ def evaluate_layers(
         "bound": np.where(memory > compute, "memory", "compute"),
         "flops": fl.ravel(),
         "weight_bytes": wb.ravel(),
-        "dram_bytes": wb.ravel() + _feature_bytes(problem, op, b, fusion),
+        "dram_bytes": dram_bytes,
+        "cache": cache,
     })
-
-
-def _feature_bytes(problem: Problem, op: np.ndarray, b: np.ndarray, fusion: str) -> np.ndarray:
-    per_sample = feature_bytes(problem.pricing, problem.trace, fusion)
-    return per_sample[op] * problem.batches[b]

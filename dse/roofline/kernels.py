@@ -10,7 +10,9 @@ packed in ``hw[h]`` (see ``HW_*``); a design point is (hardware, format, batch),
 * compute ``c = max(tensor-core time, vector-core time)``, where the tensor-core time is that of
   the dense or sparse tensor cores and the vector-core time adds CSR GEMM work and elementwise
   work (they share the cores);
-* memory ``m`` (all features + weights + index) and ``f`` (model inputs/outputs + weights).
+* memory ``m`` (all features + weights + index) and ``f`` (model inputs/outputs + weights);
+  features per alternative kernel, format and op, since a sparse kernel reads only the rows of
+  X its nonzeros need.
 
 Where the hardware cannot run the format's own kernel, the ops that would need it run either
 all dense on the tensor cores or all as CSR on the vector cores; the totals kernel prices both
@@ -30,7 +32,8 @@ from .pricing import KERNEL_CSR, KERNEL_DENSE, KERNEL_OWN
 __all__ = [
     "HW_COLUMNS", "HW_INV_BW", "HW_INV_CSR", "HW_INV_SPARSE", "HW_INV_TENSOR", "HW_INV_VECTOR",
     "PARALLEL_MIN_OP_EVALS", "TOTAL_COLUMNS", "T_COMPUTE", "T_FLOPS", "T_FUSED",
-    "T_MEMBOUND_FUSED", "T_MEMBOUND_UNFUSED", "T_MEMORY_FUSED", "T_MEMORY_UNFUSED", "T_UNFUSED",
+    "T_FEATURES_FUSED", "T_FEATURES_UNFUSED", "T_MEMBOUND_FUSED", "T_MEMBOUND_UNFUSED",
+    "T_MEMORY_FUSED", "T_MEMORY_UNFUSED", "T_UNFUSED",
     "T_WEIGHT_BYTES", "design_totals", "per_op",
 ]
 
@@ -40,8 +43,8 @@ HW_COLUMNS = 5
 
 # Columns of the per-design totals (one set per alternative).
 (T_UNFUSED, T_FUSED, T_COMPUTE, T_MEMORY_UNFUSED, T_MEMORY_FUSED, T_WEIGHT_BYTES, T_FLOPS,
- T_MEMBOUND_UNFUSED, T_MEMBOUND_FUSED) = range(9)
-TOTAL_COLUMNS = 9
+ T_MEMBOUND_UNFUSED, T_MEMBOUND_FUSED, T_FEATURES_UNFUSED, T_FEATURES_FUSED) = range(11)
+TOTAL_COLUMNS = 11
 
 
 #: Below this many op-evaluations a call runs on one thread: waking the thread pool costs more.
@@ -62,6 +65,8 @@ def _accumulate(out, kernel, f, batch, rates, tensor_flops, sparse_flops, csr_fl
     fs = sparse_flops[kernel, f]
     fc = csr_flops[kernel, f]
     wb = weight_bytes[kernel, f]
+    fu = feat_unfused[kernel, f]
+    ff = feat_fused[kernel, f]
     unfused = 0.0
     fused = 0.0
     compute = 0.0
@@ -71,12 +76,14 @@ def _accumulate(out, kernel, f, batch, rates, tensor_flops, sparse_flops, csr_fl
     useful_flops = 0.0
     membound_unfused = 0
     membound_fused = 0
+    features_unfused = 0.0
+    features_fused = 0.0
     for j in range(ft.shape[0]):
         t_tensor = ft[j] * s_tensor + fs[j] * s_sparse
         t_vector = fc[j] * s_csr + vflops[j] * s_vector
         c = max(t_tensor, t_vector)
-        m = (wb[j] + feat_unfused[j] * batch) * inv_bw
-        fm = (wb[j] + feat_fused[j] * batch) * inv_bw
+        m = (wb[j] + fu[j] * batch) * inv_bw
+        fm = (wb[j] + ff[j] * batch) * inv_bw
         unfused += max(c, m)
         fused += max(c, fm)
         compute += c
@@ -86,6 +93,8 @@ def _accumulate(out, kernel, f, batch, rates, tensor_flops, sparse_flops, csr_fl
         useful_flops += ft[j] + fs[j] + fc[j]
         membound_unfused += m > c
         membound_fused += fm > c
+        features_unfused += fu[j]
+        features_fused += ff[j]
     out[T_UNFUSED] = unfused
     out[T_FUSED] = fused
     out[T_COMPUTE] = compute
@@ -95,6 +104,8 @@ def _accumulate(out, kernel, f, batch, rates, tensor_flops, sparse_flops, csr_fl
     out[T_FLOPS] = useful_flops * batch
     out[T_MEMBOUND_UNFUSED] = membound_unfused
     out[T_MEMBOUND_FUSED] = membound_fused
+    out[T_FEATURES_UNFUSED] = features_unfused * batch
+    out[T_FEATURES_FUSED] = features_fused * batch
 
 
 @njit(cache=True)
@@ -173,8 +184,8 @@ def _one_design_per_op(d, hw, kernels, batches, tensor_flops, sparse_flops, csr_
         ft, fs, fc = tensor_flops[k, f, j], sparse_flops[k, f, j], csr_flops[k, f, j]
         wb = weight_bytes[k, f, j]
         compute[d, j] = max(ft * s_tensor + fs * s_sparse, fc * s_csr + vflops[j] * s_vector)
-        memory[d, j] = (wb + feat_unfused[j] * batch) * inv_bw
-        memory_fused[d, j] = (wb + feat_fused[j] * batch) * inv_bw
+        memory[d, j] = (wb + feat_unfused[k, f, j] * batch) * inv_bw
+        memory_fused[d, j] = (wb + feat_fused[k, f, j] * batch) * inv_bw
         op_flops[d, j] = (ft + fs + fc) * batch
         op_wbytes[d, j] = wb
 

@@ -21,8 +21,8 @@ from .fusion_rules import RuleTable
 from .numerics import Numerics
 
 __all__ = ["KERNEL_CSR", "KERNEL_DENSE", "KERNEL_OWN", "KernelArrays", "Pricing", "RuleEdges",
-           "feature_bytes_rules", "kernel_arrays", "price", "rule_edges", "scope_ops",
-           "spilled_share", "stack_formats"]
+           "feature_bytes_rules", "format_features", "kernel_arrays", "kernel_features", "price",
+           "read_all", "rule_edges", "scope_ops", "spilled_share", "stack_formats"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,11 +42,17 @@ class Pricing:
     needs_support: np.ndarray  # op runs the format's own kernel, which hardware may lack
     shape_fallback: np.ndarray  # prunable op that cannot take the format: stays dense
     csr_weight_bytes: np.ndarray  # if the hardware cannot run it: CSR of the same nonzeros
+    # The share of the op's input rows (rows of X) the format's kernel reads: below 1 where
+    # whole columns of W are empty, so those rows are never loaded. 1 where the op stays dense.
+    # The CSR fallback holds the same nonzeros, so it reads the same rows.
+    input_read: np.ndarray
     # (P,): format-independent.
     dense_flops: np.ndarray
     dense_weight_bytes: np.ndarray
     feature_bytes_unfused: np.ndarray  # all inputs and outputs, per sample
     feature_bytes_fused: np.ndarray  # model inputs read and model outputs written, per sample
+    input_bytes_unfused: np.ndarray  # the input part of feature_bytes_unfused
+    input_bytes_fused: np.ndarray  # the input part of feature_bytes_fused (model inputs)
     vector_flops: np.ndarray
     prunable: np.ndarray
 
@@ -77,6 +83,12 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
     csr_weight_bytes = np.empty(shape)
     layer_density = ops["density"].to_numpy(dtype=np.float64)
     has_layer_density = ~np.isnan(layer_density)
+    layer_read = ops["input_read_share"].to_numpy(dtype=np.float64)
+    input_read = np.ones(shape)
+    # An unread row of X saves input traffic only where X's rows are the input's own elements
+    # (linear layers, 1x1 convolutions: K x N equals the input). In a k x k convolution a row
+    # of X is one tap of one channel, and the channel is still read for its other taps.
+    rows_are_inputs = g * k * n == _as_float(ops, "input_elems")
     weight_sparsity = np.empty(len(formats))
     for f, fmt in enumerate(formats):
         takes = prunable & np.asarray(fmt.applies_to(m, k), dtype=bool)
@@ -92,6 +104,12 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
         gemm_weights = np.where(prunable, g * m * k, 0.0)
         kept = np.where(takes, g * fmt.nnz(m, k, density), gemm_weights)
         weight_sparsity[f] = 1.0 - kept.sum() / max(gemm_weights.sum(), 1.0)
+        # Rows of X never read: exactly from the checkpoint's masks where the trace records
+        # them (and the format takes the checkpoint's densities), else in expectation.
+        read = fmt.input_read_share(m, k, density)
+        if fmt.takes_layer_density:
+            read = np.where(has_layer_density & ~np.isnan(layer_read), layer_read, read)
+        input_read[f] = np.where(takes & rows_are_inputs, read, 1.0)
         flops[f] = np.where(takes, own_flops, dense_flops)
         weight_bytes[f] = np.where(takes, own_bytes, dense_weight_bytes)
         unit[f] = np.where(takes, int(fmt.unit), int(Unit.TENSOR))
@@ -116,12 +134,15 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
         needs_support=needs_support,
         shape_fallback=shape_fallback,
         csr_weight_bytes=csr_weight_bytes,
+        input_read=input_read,
         dense_flops=dense_flops,
         dense_weight_bytes=dense_weight_bytes,
         feature_bytes_unfused=abytes * (_as_float(ops, "input_elems")
                                         + _as_float(ops, "output_elems")),
         feature_bytes_fused=abytes * (_as_float(ops, "model_input_elems")
                                       + _as_float(ops, "model_output_elems")),
+        input_bytes_unfused=abytes * _as_float(ops, "input_elems"),
+        input_bytes_fused=abytes * _as_float(ops, "model_input_elems"),
         vector_flops=_as_float(ops, "vector_flops"),
         prunable=prunable,
     )
@@ -138,8 +159,8 @@ class KernelArrays:
     sparse_flops: np.ndarray  # (3, F, P) on the sparse tensor core
     csr_flops: np.ndarray  # (3, F, P) CSR on the vector cores
     weight_bytes: np.ndarray  # (3, F, P)
-    feature_bytes_unfused: np.ndarray  # (P,)
-    feature_bytes_fused: np.ndarray  # (P,)
+    feature_bytes_unfused: np.ndarray  # (3, F, P) per sample: only the input rows read
+    feature_bytes_fused: np.ndarray  # (3, F, P)
     vector_flops: np.ndarray  # (P,)
     fallback_ops: np.ndarray  # (F,) ops in scope that need the format's own kernel
 
@@ -176,11 +197,37 @@ def kernel_arrays(pricing: Pricing, scope: str) -> KernelArrays:
         sparse_flops=stacked[1],
         csr_flops=stacked[2],
         weight_bytes=stacked[3],
-        feature_bytes_unfused=np.ascontiguousarray(p.feature_bytes_unfused[ops]),
-        feature_bytes_fused=np.ascontiguousarray(p.feature_bytes_fused[ops]),
+        feature_bytes_unfused=kernel_features(pricing, read_all(pricing, "unfused"), ops),
+        feature_bytes_fused=kernel_features(pricing, read_all(pricing, "fused"), ops),
         vector_flops=np.ascontiguousarray(p.vector_flops[ops]),
         fallback_ops=needs.sum(axis=1).astype(np.int64),
     )
+
+
+def read_all(pricing: Pricing, fusion: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per op, the feature bytes per sample with every input row read, and their input part,
+    under ``unfused`` or the ``fused`` models (model inputs and outputs only)."""
+    if fusion == "unfused":
+        return pricing.feature_bytes_unfused, pricing.input_bytes_unfused
+    return pricing.feature_bytes_fused, pricing.input_bytes_fused
+
+
+def format_features(pricing: Pricing, features: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """``(F, P)``: per format and op, the feature bytes per sample that go through DRAM when the
+    format's kernel reads only the input rows it needs. ``features``: per op, the bytes with
+    every input row read and their input part (:func:`read_all`, or a rule table's)."""
+    total, inputs = features
+    return total[None, :] - inputs[None, :] * (1.0 - pricing.input_read)
+
+
+def kernel_features(pricing: Pricing, features: tuple[np.ndarray, np.ndarray],
+                    ops: np.ndarray) -> np.ndarray:
+    """``(3, F, P)`` for the kernels: the format's own kernel and its CSR fallback read the
+    rows the nonzeros need; the dense fallback reads all of them."""
+    own = format_features(pricing, features)[:, ops]
+    dense = np.broadcast_to(features[0][ops], own.shape)
+    needs = pricing.needs_support[:, ops]
+    return np.ascontiguousarray(np.stack([own, np.where(needs, dense, own), own]))
 
 
 def scope_ops(pricing: Pricing, scope: str) -> np.ndarray:
@@ -253,8 +300,11 @@ def spilled_share(sizes: Sequence[float], kept: Sequence[bool]) -> float:
     return sum(not k for k in kept) / len(kept) if len(kept) else 1.0
 
 
-def feature_bytes_rules(trace: Trace, table: RuleTable, numerics: Numerics) -> np.ndarray:
-    """Per op, the feature bytes per sample under ``rules:`` ``table`` (see :class:`RuleEdges`):
-    between ``feature_bytes_fused`` and ``feature_bytes_unfused`` by construction."""
+def feature_bytes_rules(trace: Trace, table: RuleTable,
+                        numerics: Numerics) -> tuple[np.ndarray, np.ndarray]:
+    """Per op, the feature bytes per sample under ``rules:`` ``table`` (see :class:`RuleEdges`),
+    every input row read, and their input part: between ``feature_bytes_fused`` and
+    ``feature_bytes_unfused`` by construction."""
     edges = rule_edges(trace, table)
-    return float(numerics.value_bytes) * (edges.input_elems + edges.output_elems)
+    width = float(numerics.value_bytes)
+    return width * (edges.input_elems + edges.output_elems), width * edges.input_elems

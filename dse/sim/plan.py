@@ -57,7 +57,7 @@ from ..roofline import kernels as K
 from ..roofline.evaluator import (
     SCOPES,
     EvaluationError,
-    feature_bytes,
+    all_rows_read,
     fusion_models,
     pick_fallback,
     prepare,
@@ -151,6 +151,11 @@ def work(trace: Trace, accelerator: Accelerator, fmt: Format, batch: int, fusion
     in_scope = np.zeros(len(ops), dtype=bool)
     in_scope[scope_ops(problem.pricing, scope)] = True
     m, k, n, g = (ops[c].to_numpy(dtype=np.float64) for c in ("m", "k", "n", "groups"))
+    # The share of each op's input rows the kernel reads (the dense fallback reads them all).
+    pricing = problem.pricing
+    read = np.where((kernel == KERNEL_DENSE) & pricing.needs_support[f], 1.0,
+                    pricing.input_read[f])
+    total, inputs = all_rows_read(pricing, trace, fusion)
     return Work(
         trace=trace, accelerator=problem.accelerators[0], format=problem.formats[f],
         batch=int(batch), fusion=fusion, scope=scope, in_scope=in_scope, kernel=kernel,
@@ -158,14 +163,14 @@ def work(trace: Trace, accelerator: Accelerator, fmt: Format, batch: int, fusion
         tensor_unit=(fs > 0).astype(np.int64),
         vector_s=fc * s_csr + a.vector_flops * s_vector,
         weight_bytes=a.weight_bytes[kernel, f].copy(),
-        input_bytes=vb * ops["input_elems"].to_numpy(dtype=np.float64) * b,
-        model_input_bytes=vb * ops["model_input_elems"].to_numpy(dtype=np.float64) * b,
+        input_bytes=vb * ops["input_elems"].to_numpy(dtype=np.float64) * read * b,
+        model_input_bytes=vb * ops["model_input_elems"].to_numpy(dtype=np.float64) * read * b,
         output_bytes=vb * ops["output_elems"].to_numpy(dtype=np.float64) * b,
         is_output=ops["is_output"].to_numpy(dtype=bool),
         producers=producers,
         gemm=np.stack([m * g, k, n * b, g], axis=1),
         inv_bw=float(rates[K.HW_INV_BW]),
-        feature_bytes=feature_bytes(problem.pricing, trace, fusion) * b,
+        feature_bytes=(total - inputs * (1.0 - read)) * b,
     )
 
 
