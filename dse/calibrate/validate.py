@@ -24,6 +24,7 @@ from .features import TILE, feature_matrix, training_rows, usable_rows
 from .predictor import CalibrationError, DevicePredictors, fit_family
 
 __all__ = ["DeviceRows", "best_of", "calibrate", "choose_methods", "cross_validate",
+           "held_out_models", "model_shapes", "with_in_sample",
            "device_rows", "error_summary", "fit_context", "noise_floor", "speedup_summary",
            "validated_predictions", "validation_table", "whole_model_table",
            "whole_model_variants"]
@@ -58,12 +59,12 @@ class DeviceRows:
 
 
 def _rebase(dataset: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """Speed of light on the catalog spec the measured device is (``h100-sxm`` rather than the
-    run's probed ceilings), so that fractions refer to the spec users evaluate on; a probed
-    spec outside the catalog (a CPU's ``host``) stays as measured."""
+    """The reference the predictors learn their fraction of: the cold bound on the catalog
+    spec the measured device is (``h100-sxm`` rather than a run's probed ceilings), so that
+    fractions refer to the spec users evaluate on, for warm rows too (the expectation prices
+    every op from the cold bound, warm being a feature); a probed spec outside the catalog (a
+    CPU's ``host``) stays as measured."""
     import accelerator_models
-
-    from ..measure.sol import sol_columns
 
     names = [h for h in dataset["hw"].unique() if h]
     base = names[0].split("[")[0] if names else ""
@@ -71,12 +72,42 @@ def _rebase(dataset: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         hw = accelerator_models.load(base)
     except Exception:  # not a catalog name: keep the dataset's own speed of light
         return dataset, base or "unknown"
-    if all(h == base for h in names):
+    warm = (dataset["cache"] == "warm").any()
+    if all(h == base for h in names) and not warm:
         return dataset, base
-    dtype = str(dataset["dtype"].iloc[0]) or "fp16"
+    return _on_spec(dataset, hw), base
+
+
+def _probed_spec(source: str):
+    """The probed spec (measured ceilings) a dataset's provenance keeps, or None."""
+    import tempfile
+    from pathlib import Path
+
+    import accelerator_models
+
+    from ..measure.dataset import provenance
+
+    meta = provenance(source)
+    text, name = meta.get("probe_spec_toml"), meta.get("probe_name", "host")
+    if not text:
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"{name}.toml"
+        path.write_text(text, encoding="utf-8")
+        return accelerator_models.load(str(path))
+
+
+def _on_spec(dataset: pd.DataFrame, hw) -> pd.DataFrame:
+    """The timed kernel rows with ``sol_s`` the cold roofline on ``hw``."""
+    from ..measure.sol import cold_reference
+
+    named = dataset.loc[dataset["dtype"] != "", "dtype"]
+    dtype = str(named.mode().iloc[0]) if len(named) else "fp16"
+    # fp32 CPU kernels are priced with the tf32 slot (4 bytes, the fp32 GEMM rate)
+    value, vector = ("tf32", "fp32") if dtype == "fp32" else (dtype, dtype)
     timed = dataset[(dataset["error"] == "") & (dataset["family"] != "model")]
-    return sol_columns(timed, hw, value_dtype=dtype, vector_dtype=dtype,
-                       csr_dtype="fp32"), base
+    sol = cold_reference(timed, hw, value, vector, "fp32")
+    return timed.assign(sol_s=sol, sol_fraction=sol / timed["median_s"])
 
 
 def device_rows(dataset: pd.DataFrame, name: str, source: str = "") -> DeviceRows:
@@ -86,6 +117,12 @@ def device_rows(dataset: pd.DataFrame, name: str, source: str = "") -> DeviceRow
         raise CalibrationError(f"{name}: a dataset for calibration holds one device, this one "
                                f"holds {', '.join(map(str, devices))}; split it by device")
     rebased, reference = _rebase(dataset)
+    ceiling = _probed_spec(source or name)
+    if ceiling is not None:
+        # Ceilings feed the expectation: where the dataset keeps the probe of the machine it
+        # was measured on, the predictors learn the fraction of the cold roofline on those
+        # measured ceilings (a CPU's `host`), while the dataset's own sol_s stays the bound.
+        rebased, reference = _on_spec(dataset, ceiling), ceiling.name
     fingerprint = json.loads(dataset["fingerprint"].iloc[0] or "{}")
     device = str(devices[0])
     units = int(fingerprint.get("sm_count") or fingerprint.get("cores") or 1)
@@ -116,13 +153,14 @@ def _folds(shapes: pd.Series, seed: int, max_folds: int = 10) -> np.ndarray:
 
 
 def cross_validate(data: DeviceRows, variant: str = "impl", seed: int = 0,
-                   progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+                   progress: Callable[[int, int], None] | None = None,
+                   max_folds: int = 10) -> pd.DataFrame:
     """Out-of-fold predictions of every row of ``data.rows_for(variant)``, for both targets,
     beside the physical model alone: columns ``pred_fraction``, ``pred_time``,
     ``pred_physical``, ``fold`` added. ``progress(done, total)`` after each fold."""
     rows = data.rows_for(variant).copy()
     x = data.features(rows)
-    rows["fold"] = _folds(rows["shape"], seed)
+    rows["fold"] = _folds(rows["shape"], seed, max_folds)
     for column in ("pred_fraction", "pred_time", "pred_physical"):
         rows[column] = np.nan
     folds = sorted(rows["fold"].unique())
@@ -157,17 +195,38 @@ def best_of(oof: pd.DataFrame) -> pd.DataFrame:
 
 
 def validated_predictions(data: DeviceRows, seed: int = 0,
-                          progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+                          progress: Callable[[int, int], None] | None = None,
+                          max_folds: int = 10) -> pd.DataFrame:
     """Held-out predictions of every method (``pred_fraction/impl``, ``pred_time/best``,
     ...) and of the physical model alone (``pred_physical``, fitted on the fastest
     implementations), one row per configuration (:func:`best_of`)."""
     frames = {}
     for variant in VARIANTS:
-        bo = best_of(cross_validate(data, variant, seed, progress))
+        bo = best_of(cross_validate(data, variant, seed, progress, max_folds))
         frames[variant] = bo.rename(columns={f"pred_{t}": f"pred_{t}/{variant}"
                                              for t in TARGETS})
     best = frames["best"][_CONFIG + [f"pred_{t}/best" for t in TARGETS] + ["pred_physical"]]
     return frames["impl"].drop(columns=["pred_physical"]).merge(best, on=_CONFIG, how="left")
+
+
+def with_in_sample(predictions: pd.DataFrame, data: DeviceRows,
+                   predictors: DevicePredictors) -> pd.DataFrame:
+    """``predictions`` with ``pred_in_sample``: each configuration predicted by the shipped
+    predictors, which saw it in training (the fastest predicted implementation, as held out).
+    Printed beside the held-out figures, so that memorising shows."""
+    frames = []
+    for key, family in predictors.families.items():
+        variant = family.validated.get("method", "fraction/impl").split("/")[1]
+        rows = data.rows_for(variant)
+        rows = rows[rows["key"] == key]
+        if rows.empty:
+            continue
+        frames.append(rows.assign(pred_in_sample=family.predict_s(
+            data.features(rows), rows["sol_s"].to_numpy())))
+    if not frames:
+        return predictions.assign(pred_in_sample=np.nan)
+    fitted = best_of(pd.concat(frames, ignore_index=True))[_CONFIG + ["pred_in_sample"]]
+    return predictions.merge(fitted, on=_CONFIG, how="left")
 
 
 def error_summary(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
@@ -212,9 +271,12 @@ def validation_table(predictions: pd.DataFrame, chosen: dict[str, str],
     for key, group in predictions.groupby("key"):
         method = chosen[key]
         best = error_summary(group[f"pred_{method}"], group["time_s"])
+        in_sample = ({"in_sample_10": error_summary(group["pred_in_sample"],
+                                                    group["time_s"])["within_10"]}
+                     if "pred_in_sample" in group else {})
         records.append({
             "device": device, "family": key, "method": method,
-            "shapes": int(group["shape"].nunique()), **best,
+            "shapes": int(group["shape"].nunique()), **best, **in_sample,
             **{f"rmspe_{m}": error_summary(group[f"pred_{m}"], group["time_s"])["rmspe"]
                for m in METHODS},
             "rmspe_physical": error_summary(group["pred_physical"], group["time_s"])["rmspe"],
@@ -222,16 +284,24 @@ def validation_table(predictions: pd.DataFrame, chosen: dict[str, str],
         })
     table = pd.DataFrame(records)
     chosen_s = _chosen_column(predictions, chosen)
+    def in_sample(part=slice(None)) -> dict:
+        if "pred_in_sample" not in predictions:
+            return {}
+        return {"in_sample_10": error_summary(predictions["pred_in_sample"].to_numpy()[part],
+                                              predictions["time_s"].to_numpy()[part])
+                ["within_10"]}
+
     totals = [{"device": device, "family": "all", "method": "-",
                "shapes": int(predictions["shape"].nunique()),
-               **error_summary(chosen_s, predictions["time_s"])}]
+               **error_summary(chosen_s, predictions["time_s"]), **in_sample()}]
     caches = predictions["cache"].astype(str) if "cache" in predictions else None
     if caches is not None and caches.nunique() > 1:  # cold and warm timings: each apart too
         for cache in sorted(caches.unique()):
             part = (caches == cache).to_numpy()
             totals.append({"device": device, "family": f"all {cache}", "method": "-",
                            "shapes": int(predictions.loc[part, "shape"].nunique()),
-                           **error_summary(chosen_s[part], predictions.loc[part, "time_s"])})
+                           **error_summary(chosen_s[part], predictions.loc[part, "time_s"]),
+                           **in_sample(part)})
     return pd.concat([table, pd.DataFrame(totals)], ignore_index=True)
 
 
@@ -486,7 +556,8 @@ def whole_model_variants(measured: pd.DataFrame, dense_variant: str | None = Non
 def whole_model_table(measured: pd.DataFrame, predictors: DevicePredictors,
                       hardware, dense_variant: str | None = None,
                       sparse_variant: str | None = None,
-                      sparse_format: str | None = None) -> tuple[pd.DataFrame, dict]:
+                      sparse_format: str | None = None,
+                      context: dict | None = None) -> tuple[pd.DataFrame, dict]:
     """Calibrated whole-model latency against measured whole models (columns ``model,
     variant, batch, median_s``, as ``benchmarks/gpu/results/models_measurements.csv`` or
     :func:`dse.measure.dataset.whole_model_rows`; a model, variant and batch measured more
@@ -500,7 +571,8 @@ def whole_model_table(measured: pd.DataFrame, predictors: DevicePredictors,
     model's expectation uses constants fitted on the other models' dense runs. Returns the
     table (per model and batch: measured and expected dense latency and error, the bound's
     error, measured and expected speedup of ``sparse_format`` on the layers the measurement
-    converted) and the constants fitted on every model (to ship)."""
+    converted) and the constants fitted on every model (to ship). ``context``: use these
+    constants for every model instead (fitted elsewhere, e.g. on other models)."""
     dense_variant, sparse_variant, sparse_format = whole_model_variants(
         measured, dense_variant, sparse_variant, sparse_format)
     measured = measured[measured["median_s"].notna() & (measured["median_s"] > 0)]
@@ -529,7 +601,8 @@ def whole_model_table(measured: pd.DataFrame, predictors: DevicePredictors,
     for model, (trace, batches) in parts.items():
         train = points[points["model"] != model]
         train.attrs = points.attrs
-        ctx = fit_context(train) if len(train) >= 3 else {}
+        ctx = context if context is not None else (fit_context(train) if len(train) >= 3
+                                                   else {})
         sums = _model_sums(trace, batches, replace(predictors, context=ctx), hardware,
                            sparse_format)
         bound = _model_sums(trace, batches, bare, hardware, sparse_format)
@@ -560,3 +633,56 @@ def whole_model_table(measured: pd.DataFrame, predictors: DevicePredictors,
     table.attrs.update({"dense_variant": dense_variant, "sparse_variant": sparse_variant,
                         "sparse_format": sparse_format})
     return table, context
+
+
+def model_shapes(trace, batches) -> set[str]:
+    """The training-row shapes (``shape`` of :func:`training_rows`) a model's trace holds at
+    ``batches``: its weight matrices (``m x k x groups``) and its vector ops (``kind:n``)."""
+    ops = trace.ops
+    gemm = ops["m"] > 0
+    shapes = {f"{m}x{k}x{g}" for m, k, g in zip(ops.loc[gemm, "m"], ops.loc[gemm, "k"],
+                                                 ops.loc[gemm, "groups"], strict=True)}
+    for b in batches:
+        shapes |= {f"{kind}:{int(n) * int(b)}" for kind, n in zip(
+            ops.loc[~gemm, "kind"], ops.loc[~gemm, "output_elems"], strict=True)}
+    return shapes
+
+
+def held_out_models(data: DeviceRows, measured: pd.DataFrame, hardware, seed: int = 0,
+                    max_folds: int = 5,
+                    progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """Whole models validated the way a user meets a new model: for each measured model, the
+    kernel predictors are trained on the rows of no shape of that model (:func:`model_shapes`,
+    at every batch the dataset or the measurements hold), each family's method chosen by
+    cross-validation inside those training rows (nested: ``max_folds`` folds by shape), and
+    the whole-model constants are fitted on the other models' dense runs with those predictors.
+    Returns :func:`whole_model_table`'s rows for every model, held out, with ``train_rows``
+    (the rows left to learn from) and ``dropped_rows`` (the rows of the model's shapes)."""
+    import workloads
+
+    dense_variant, sparse_variant, sparse_format = whole_model_variants(measured)
+    models = [str(m) for m in measured["model"].unique()]
+    # The batches a dataset's trace rows were measured at (dse measure: 1, 8, 32; the H100
+    # grid: up to 128) and those of the whole models: a vector op's shape depends on it.
+    batches = sorted({1, 8, 32, 128} | {int(b) for b in measured["batch"].unique()})
+    frames = []
+    for i, model in enumerate(models):
+        trace = workloads.load_trace(model)
+        drop = data.rows["shape"].isin(model_shapes(trace, batches))
+        train = DeviceRows(data.name, data.rows[~drop].reset_index(drop=True), data.device,
+                           data.units, data.reference_hw, data.provenance)
+        predictions = validated_predictions(train, seed, max_folds=max_folds)
+        predictors = calibrate(train, predictions, seed)
+        others = measured[measured["model"] != model]
+        _, context = whole_model_table(others, predictors, hardware, dense_variant,
+                                       sparse_variant, sparse_format)
+        table, _ = whole_model_table(measured[measured["model"] == model], predictors,
+                                     hardware, dense_variant, sparse_variant, sparse_format,
+                                     context=context)
+        frames.append(table.assign(train_rows=int((~drop).sum()), dropped_rows=int(drop.sum())))
+        if progress is not None:
+            progress(i + 1, len(models))
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    out.attrs.update({"dense_variant": dense_variant, "sparse_variant": sparse_variant,
+                      "sparse_format": sparse_format})
+    return out

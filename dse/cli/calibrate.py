@@ -17,15 +17,18 @@ from ..calibrate.validate import (
     calibrate,
     choose_methods,
     device_rows,
+    held_out_models,
     noise_floor,
     speedup_summary,
     validated_predictions,
     validation_table,
     whole_model_table,
+    with_in_sample,
 )
 from ..measure.dataset import concat, load_dataset, shipped_datasets
+from ..output import OutputError
 from . import spmv_estimator
-from .options import check_outputs
+from .options import check_outputs, identifier, nonempty_text, path_value, seed
 from .progress import StatusLine
 
 __all__ = ["add_parsers"]
@@ -42,22 +45,31 @@ def add_parsers(commands) -> None:
                     "scikit-learn (the accuracy extra); using a predictor does not.",
         epilog=f"Shipped datasets: {', '.join(shipped_datasets())}.")
     cal.add_argument("--data", action="append", metavar="DATASET",
+                     type=nonempty_text("a shipped dataset or a .parquet/.csv file of dse measure"),
                      help="shipped dataset name or .parquet/.csv file; repeatable (one device "
                           "for --out); default: every shipped dataset")
-    cal.add_argument("--out", type=Path, metavar="MODEL.json",
+    cal.add_argument("--out", type=path_value, metavar="MODEL.json",
                      help="write the trained predictors (JSON, numpy-loadable) to this file")
-    cal.add_argument("--name", help="name of the predictor set (default: the dataset's name)")
+    cal.add_argument("--name", type=identifier("a predictor set name"),
+                     help="name of the predictor set (default: the dataset's name)")
     cal.add_argument("--validate", action="store_true",
                      help="print the held-out error table per family and device, the "
                           "speedup errors and the noise floor")
     cal.add_argument("--whole-models", action="append", default=[], metavar="DEVICE=FILE",
+                     type=nonempty_text("DEVICE=FILE, e.g. h100-sxm=models.csv"),
                      help="also compare calibrated whole-model latency with measured whole "
                           "models for predictor set DEVICE: a CSV of model,variant,batch,"
                           "median_s (dense_cudagraph or dense_eager, and sparse24_cudagraph "
                           "or a format's variant), a dataset or FILE.models.csv written by dse "
                           "measure --whole-models, or a folder of them (its *.models.csv "
                           "where there are any); repeatable (one device's files are joined)")
-    cal.add_argument("--seed", type=int, default=0, help="seed of folds and trees (default 0)")
+    cal.add_argument("--hold-out-models", action="store_true",
+                     help="with --whole-models: also validate each whole model held out, the "
+                          "way a user meets a new model: predictors retrained without any "
+                          "shape of that model (methods chosen inside the training rows), "
+                          "whole-model constants fitted on the other models; prints in-sample "
+                          "and held-out errors side by side (minutes: one training per model)")
+    cal.add_argument("--seed", type=seed, default=0, help="seed of folds and trees (default 0)")
     spmv_estimator.add_arguments(cal)
     cal.set_defaults(run=_cmd_calibrate)
 
@@ -105,8 +117,34 @@ def _read_whole_models(paths: list[Path]) -> pd.DataFrame:
         if missing:
             raise CalibrationError(f"--whole-models {path}: no column {missing[0]!r}; give "
                                    "model,variant,batch,median_s rows or a dse measure dataset")
+        _check_whole_model_values(frame, path)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
+
+
+def _check_whole_model_values(frame: pd.DataFrame, path: Path) -> None:
+    """Each row a model and variant by name, a whole batch >= 1 and a positive finite median
+    time (empty: not measured); refused in one line naming the file, the row and the column."""
+    batch = pd.to_numeric(frame["batch"], errors="coerce").to_numpy(dtype=float)
+    median = pd.to_numeric(frame["median_s"], errors="coerce").to_numpy(dtype=float)
+    given = frame["median_s"].notna().to_numpy()
+    with np.errstate(invalid="ignore"):
+        checks = [
+            ("model", frame["model"].isna().to_numpy()
+             | (frame["model"].astype(str).str.strip() == "").to_numpy(), "a model name"),
+            ("variant", frame["variant"].isna().to_numpy(), "a variant name"),
+            ("batch", ~(np.isfinite(batch) & (batch >= 1) & (batch % 1 == 0)),
+             "a whole batch size >= 1"),
+            ("median_s", given & ~(np.isfinite(median) & (median > 0)),
+             "a positive finite time in seconds (empty: not measured)"),
+        ]
+    for column, bad, wanted in checks:
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            value = frame[column].iloc[row]
+            value = value.item() if isinstance(value, np.generic) else value
+            raise CalibrationError(f"--whole-models {path}: row {row} has {column} = "
+                                   f"{value!r}; give {wanted}")
 
 
 def _pct(value: float) -> str:
@@ -117,9 +155,16 @@ def _print_validation(table: pd.DataFrame, speedups: pd.DataFrame, noise: dict) 
     shown = table.copy()
     others = [f"rmspe_{m}" for m in METHODS]
     for column in ["rmspe", "within_5", "within_10", "within_25", "rmspe_physical",
-                   "rmspe_bound", *others]:
-        shown[column] = shown[column].map(_pct)
+                   "rmspe_bound", "in_sample_10", *others]:
+        if column in shown:
+            shown[column] = shown[column].map(_pct)
+    if "in_sample_10" in shown:  # beside the held-out share, so that memorising shows
+        order = list(shown.columns)
+        order.remove("in_sample_10")
+        order.insert(order.index("within_10") + 1, "in_sample_10")
+        shown = shown[order]
     shown = shown.rename(columns={"n": "configs", "within_5": "+-5%", "within_10": "+-10%",
+                                  "in_sample_10": "+-10% in-sample",
                                   "within_25": "+-25%", "rmspe_physical": "physical",
                                   "rmspe_bound": "bound",
                                   **{f"rmspe_{m}": m for m in METHODS}})
@@ -159,11 +204,16 @@ def _print_validation(table: pd.DataFrame, speedups: pd.DataFrame, noise: dict) 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.estimator == "spmv-cnn":
         return spmv_estimator.run(args)
+    if args.hold_out_models and not args.whole_models:
+        raise CalibrationError("dse calibrate --hold-out-models validates whole models: give "
+                               "--whole-models DEVICE=FILE too")
     if args.out is None and not args.validate:
         raise CalibrationError("dse calibrate: give --out MODEL.json to train, --validate to "
                                "print held-out errors, or both")
-    check_outputs(files=[("--out", args.out)])
-    whole = _whole_models(args.whole_models)
+    check_outputs(files=[("--out", args.out, (".json",))])
+    # Every whole-model table is read and checked now, not after the training.
+    whole = {name: _read_whole_models(paths)
+             for name, paths in _whole_models(args.whole_models).items()}
     names = args.data or shipped_datasets()
     if args.out is not None:
         frame = concat([load_dataset(n) for n in names])
@@ -178,7 +228,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         predictions = validated_predictions(
             data, seed=args.seed, progress=StatusLine(f"{name}: validated", "folds"))
         chosen = choose_methods(predictions)
+        predictors = calibrate(data, predictions, seed=args.seed)
         if args.validate:
+            predictions = with_in_sample(predictions, data, predictors)
             print(f"\n{name} (reference {data.reference_hw}, {data.units} "
                   f"{'SMs' if data.device == 'cuda' else 'cores'}; "
                   f"{data.provenance['configurations']} configurations "
@@ -187,21 +239,69 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                   f"{data.provenance['dropped_busy_rows']} busy-machine rows dropped)")
             _print_validation(validation_table(predictions, chosen, name),
                               speedup_summary(predictions, chosen, name), noise_floor(frame))
-        predictors = calibrate(data, predictions, seed=args.seed)
         if name in whole:
-            measured = _read_whole_models(whole[name])
+            measured = whole[name]
             hardware = reference_hardware(predictors, names)
             table, context = whole_model_table(measured, predictors, hardware)
-            _print_whole_models(name, table, context, measured)
+            _print_whole_models(name, table, context, measured,
+                                roofline="bound" if hardware.is_bound else "ceiling roofline")
+            if args.hold_out_models:
+                held = held_out_models(data, measured, hardware, seed=args.seed,
+                                       progress=StatusLine(f"{name}: models held out",
+                                                           "models"))
+                _print_held_out(name, table, held)
             predictors = replace(predictors, context=context)
         if args.out is not None:
             made = {"command": getattr(args, "command_line", "dse calibrate"),
                     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
             predictors = replace(predictors, provenance={**predictors.provenance, **made})
-            save_predictors(predictors, args.out)
+            try:
+                save_predictors(predictors, args.out)
+            except OSError as exc:  # the folder changed since the check before the work
+                raise OutputError(f"--out {args.out}: cannot write ({exc.strerror or exc}); "
+                                  "give a writable folder") from None
             print(f"wrote {len(predictors.families)} predictors "
                   f"({', '.join(sorted(predictors.families))}) to {args.out}")
     return 0
+
+
+def _print_held_out(name: str, in_sample: pd.DataFrame, held: pd.DataFrame) -> None:
+    """Per model: the whole-model error with the model's shapes in the training data (what
+    the table above shows) beside the error with every shape of the model held out."""
+    if held.empty:
+        print(f"\n{name}: no whole model to hold out")
+        return
+    fmt = held.attrs.get("sparse_format", "2:4")
+
+    def per_model(table: pd.DataFrame) -> pd.DataFrame:
+        out = table.groupby("model", sort=False).agg(
+            batches=("batch", "size"), error=("error", lambda e: e.abs().median()))
+        if "measured_speedup" in table:
+            pairs = table[table["measured_speedup"].notna()]
+            def agree(g: pd.DataFrame) -> str:
+                same = _side(g["measured_speedup"]) == _side(g["expected_speedup"])
+                return f"{int(np.sum(same))}/{len(g)}"
+
+            out["side"] = pairs.groupby("model", sort=False).apply(agree, include_groups=False)
+        return out
+
+    a, b = per_model(in_sample), per_model(held)
+    shown = pd.DataFrame({
+        "model": b.index, "batches": b["batches"].to_numpy(),
+        "in-sample |error|": a.reindex(b.index)["error"].map(_pct).to_numpy(),
+        "held-out |error|": b["error"].map(_pct).to_numpy(),
+        "rows left to learn from": held.groupby("model", sort=False)["train_rows"].first()
+        .reindex(b.index).to_numpy(),
+        "rows of its shapes dropped": held.groupby("model", sort=False)["dropped_rows"].first()
+        .reindex(b.index).to_numpy()})
+    if "side" in b:  # "-": no sparse variant of the model was measured
+        shown[f"{fmt} side of 1x in-sample"] = a.reindex(b.index)["side"].fillna("-").to_numpy()
+        shown[f"{fmt} side of 1x held out"] = b["side"].fillna("-").to_numpy()
+    print(f"\n{name}: whole models held out (median |error| over batches per model; "
+          "in-sample: the model's shapes in the training data)")
+    print(shown.to_string(index=False))
+    print(f"median model: in-sample {_pct(a['error'].median())}, held out "
+          f"{_pct(b['error'].median())}")
 
 
 def _side(x: pd.Series) -> np.ndarray:
@@ -210,7 +310,9 @@ def _side(x: pd.Series) -> np.ndarray:
 
 
 def _print_whole_models(name: str, table: pd.DataFrame, context: dict,
-                        measured: pd.DataFrame | None = None) -> None:
+                        measured: pd.DataFrame | None = None, roofline: str = "bound") -> None:
+    """``roofline``: what the roofline column is on the reference spec: ``bound`` on peaks,
+    ``ceiling roofline`` on a probe's measured ceilings (which a run may beat)."""
     def ms(v):
         return f"{v * 1e3:.3f}"
 
@@ -231,7 +333,7 @@ def _print_whole_models(name: str, table: pd.DataFrame, context: dict,
         "measured ms": table["measured_s"].map(ms), "expected ms": table["expected_s"].map(ms),
         "error": table["error"].map(pct),
         "kernels only": table["kernels_only_error"].map(pct),
-        "bound": table["bound_error"].map(pct),
+        roofline: table["bound_error"].map(pct),
         f"{fmt} speedup measured": table.get("measured_speedup", nan).map(times),
         "expected": table.get("expected_speedup", nan).map(times),
         f"{fmt} error": table.get("sparse_error", nan).map(pct),
