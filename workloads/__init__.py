@@ -6,7 +6,16 @@
 True
 """
 
-from .registry import ALIASES, TRACES_DIR, load_trace, resolve_name, trace_names
+from .llm import LLMConfig, LLMConfigError, llm_names, llm_trace, load_llm_config
+from .registry import (
+    ALIASES,
+    TRACES_DIR,
+    is_language_model,
+    load_model,
+    load_trace,
+    resolve_name,
+    trace_names,
+)
 from .summary import kind_summary, prunable_shares
 from .trace import (
     COLUMNS,
@@ -29,6 +38,8 @@ __all__ = [
     "COLUMNS",
     "GEMM_KINDS",
     "KINDS",
+    "LLMConfig",
+    "LLMConfigError",
     "MAX_BATCH",
     "MAX_COUNT",
     "MAX_PER_SAMPLE",
@@ -39,7 +50,12 @@ __all__ = [
     "TRACES_DIR",
     "Trace",
     "TraceError",
+    "is_language_model",
     "kind_summary",
+    "llm_names",
+    "llm_trace",
+    "load_llm_config",
+    "load_model",
     "load_trace",
     "prunable_shares",
     "read_trace_file",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import re
-from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from formats import GRAMMAR_HELP
-from workloads import trace_names
+from workloads import MAX_BATCH, llm_names, trace_names
 
 from ..calibrate.expected import expected_designs
 from ..output import format_seconds, write_table
@@ -21,16 +21,19 @@ from ..roofline import (
     memory_frame,
 )
 from .options import (
+    CALIBRATED_FIX,
     Default,
     add_design_options,
     check_outputs,
     design_from_args,
     expected_ops,
+    nonempty_text,
+    path_value,
     predictors_from_args,
 )
 from .tables import calibration_note, missing, seconds_column, share
 
-__all__ = ["add_parsers", "fallback_summary"]
+__all__ = ["add_parsers", "fallback_summary", "language_model_columns"]
 
 
 def add_parsers(commands) -> None:
@@ -39,13 +42,14 @@ def add_parsers(commands) -> None:
         description="Evaluate a model trace under sparse formats on one or more accelerators "
                     "with the roofline (speed-of-light) model, and print latency, dense "
                     "latency, speedup, bound mix, feature share of DRAM traffic and fallbacks.",
-        epilog=f"Format grammar: {GRAMMAR_HELP}. Shipped models: {', '.join(trace_names())}.")
+        epilog=f"Format grammar: {GRAMMAR_HELP}. Shipped models: {', '.join(trace_names())}; "
+               f"language models (with --phase and --context): {', '.join(llm_names())}.")
     add_design_options(ev, formats=Default(("dense",), "dense alone"))
     ev.add_argument("--per-layer", action="store_true",
                     help="print (and write with --out) one row per op and design")
-    ev.add_argument("--out", type=Path, metavar="FILE",
+    ev.add_argument("--out", type=path_value, metavar="FILE",
                     help="write results to FILE.csv, FILE.parquet or FILE.json (atomically)")
-    ev.add_argument("--calibrated", metavar="DEVICE",
+    ev.add_argument("--calibrated", type=nonempty_text(CALIBRATED_FIX), metavar="DEVICE",
                     help="add the expectation beside the bound: expected_latency_s, "
                          "expected_speedup and fraction_of_sol from the kernel predictors of "
                          "DEVICE (shipped: h100-sxm, cpu-amd-epyc-2c; or a file written by "
@@ -73,8 +77,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             if expected is not None:
                 table = expected_designs(table, expected)
             table = with_energy_and_memory(table, trace, d)
+            language = bool(trace.provenance.get("phase"))
+            if language:
+                table = language_model_columns(table, trace, d.numerics.value_bytes)
             print(_design_table(table, trace))
             print(_energy_table(table))
+            if language:
+                print(_language_model_table(table, trace))
         if expected is not None:
             print(calibration_note(expected, predictors))
         frames.append(table)
@@ -91,6 +100,74 @@ def with_energy_and_memory(table: pd.DataFrame, trace, d) -> pd.DataFrame:
                                    [d.scope], d.numerics)
     table = energy_frame(table, layers, trace, d.hardware, d.numerics)
     return memory_frame(table, layers, trace, d.hardware, d.numerics)
+
+
+def language_model_columns(table: pd.DataFrame, trace, value_bytes: float,
+                           kv_dtype_bytes: float | None = None) -> pd.DataFrame:
+    """The designs of a language-model step (``workloads.llm``) with ``phase``, ``context``,
+    ``tokens_per_s`` and ``time_per_token_s`` (decode: each step gives every request one token),
+    ``ttft_s`` (prefill: the prompt and the first token), ``kv_bytes_per_token``,
+    ``kv_cache_bytes`` (the batch's, at the context) and ``params`` (every parameter);
+    ``weight_bytes`` is already there: the weights a step reads, in the design's format. The KV
+    cache is stored in ``kv_dtype_bytes`` (default: ``value_bytes``, the compute dtype's).
+
+    The memory columns (``peak_memory_bytes``, ``fits``, ``largest_batch_that_fits``) are redone
+    with what the trace cannot hold: the KV cache is resident beside the weights and
+    activations, and so is an untied embedding table, which a step does not read (the lookup
+    reads rows) and the trace's weights therefore leave out."""
+    p = trace.provenance
+    kvb = value_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+    decode = p["phase"] == "decode"
+    latency = table["latency_s"]
+    nothing = pd.Series(float("nan"), index=table.index)
+    batch = table["batch"].to_numpy(dtype=np.float64)
+    weights = (table["weight_storage_bytes"].to_numpy(dtype=np.float64)
+               + (p["resident_weight_elems"] - trace.params) * value_bytes)
+    kv_per_request = p["kv_cache_elems"] * kvb
+    per_request = table["activation_peak_bytes"].to_numpy(dtype=np.float64) / batch \
+        + kv_per_request
+    peak = weights + per_request * batch
+    capacity = table["dram_capacity_bytes"].to_numpy(dtype=np.float64)
+    known = ~np.isnan(capacity)
+    with np.errstate(invalid="ignore"):
+        largest = np.clip(np.floor((capacity - weights) / per_request), 0, MAX_BATCH)
+    out = table.assign(
+        phase=p["phase"], context=p["context"],
+        tokens_per_s=table["batch"] / latency if decode else nothing,
+        time_per_token_s=latency if decode else nothing,
+        ttft_s=nothing if decode else latency,
+        kv_bytes_per_token=p["kv_elems_per_token"] * kvb,
+        kv_cache_bytes=batch * kv_per_request,
+        params=p["params"],
+        weight_storage_bytes=weights,
+        peak_memory_bytes=peak)
+    out["fits"] = pd.array(np.where(known, peak <= capacity, False), dtype="boolean")
+    out.loc[~known, "fits"] = pd.NA
+    out["largest_batch_that_fits"] = pd.array(np.where(known, largest, 0).astype(np.int64),
+                                              dtype="Int64")
+    out.loc[~known, "largest_batch_that_fits"] = pd.NA
+    return out
+
+
+def _language_model_table(table: pd.DataFrame, trace) -> str:
+    p = trace.provenance
+    decode = p["phase"] == "decode"
+    shown = pd.DataFrame({
+        "hardware": table["hardware"], "format": table["format"], "batch": table["batch"],
+        "fusion": table["fusion"]})
+    if decode:
+        shown["tokens/s"] = table["tokens_per_s"].map(lambda x: f"{x:,.1f}")
+        name, cells = seconds_column(table["time_per_token_s"], "time/token")
+    else:
+        name, cells = seconds_column(table["ttft_s"], "TTFT")
+    shown[name] = cells
+    shown["weights read (GB)"] = table["weight_bytes"].map(lambda x: f"{x / 1e9:.3g}")
+    shown["KV cache (GB)"] = table["kv_cache_bytes"].map(lambda x: f"{x / 1e9:.3g}")
+    what = (f"decode at context {p['context']}: one new token per request per step" if decode
+            else f"prefill of {p['context']} prompt tokens per request, to the first token")
+    return (f"language model {p['config']}, {what}; {p['params']:,} parameters, "
+            f"{int(table['kv_bytes_per_token'].iloc[0]):,} KV-cache bytes per token:\n"
+            + shown.to_string(index=False))
 
 
 def _energy_table(table: pd.DataFrame) -> str:
