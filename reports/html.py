@@ -27,6 +27,7 @@ import pandas as pd
 import vl_convert
 
 from dse.output import OutputError
+from search.credentials import mask_credentials
 
 __all__ = ["ReportError", "Section", "hardware_specs", "write_report"]
 
@@ -189,7 +190,9 @@ def _provenance(command: str | None, specs: pd.DataFrame) -> str:
 
     esc = html.escape
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"<p class=\"note\">Made by <code>{esc(command)}</code>" if command
+    # People share the page: a password in a storage URL of the command never goes into it.
+    lines = [f"<p class=\"note\">Made by <code>{esc(mask_credentials(command))}</code>"
+             if command
              else '<p class="note">Made', f" with dse {esc(dse.__version__)} on {when}.</p>"]
     if len(specs):
         lines.append(f"<details><summary>Hardware specs used</summary>\n"

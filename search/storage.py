@@ -44,10 +44,11 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from .credentials import MASK, mask_credentials
 from .errors import StorageError
 
-__all__ = ["LEASE_S", "Storage", "StorageError", "has_password", "open_storage",
-           "process_gone", "redact", "sqlite_url", "worker_id"]
+__all__ = ["LEASE_S", "Storage", "StorageError", "has_password", "mask_credentials",
+           "open_storage", "process_gone", "redact", "sqlite_url", "worker_id"]
 
 #: Seconds a lease on a chunk or trial lasts unless its worker's heartbeat renews it (every
 #: quarter of it); how long a vanished worker on another machine can hold work back.
@@ -126,14 +127,18 @@ _RESULT_BATCH = 50_000
 
 
 def redact(url: str) -> str:
-    """The URL with its password replaced by ``***``, for messages."""
+    """The URL with its password replaced by ``***``, for messages (a ``password=`` query
+    parameter too: :func:`search.credentials.mask_credentials`)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        return mask_credentials(make_url(url).render_as_string(hide_password=True))
     except Exception:  # noqa: BLE001 - a URL too malformed to parse: show no part of it
         return "<unparseable storage URL>"
 
 
 def has_password(url: str) -> bool:
+    """Whether ``url`` carries a password (``USER:PASS@`` or a ``password=`` parameter)."""
+    if mask_credentials(url) != url:
+        return True
     try:
         return bool(make_url(url).password)
     except Exception:  # noqa: BLE001 - unparseable: treat as secret
@@ -277,9 +282,11 @@ def _result_records(study: str, frame: pd.DataFrame) -> list[tuple[Any, ...]]:
 
 
 def _scrub(text: str, parsed) -> str:
-    """Drivers may echo the connection string; never print a password."""
+    """Drivers may echo the connection string; never print a password (the URL's, or one a
+    DSN or ``password=`` parameter in the message carries)."""
     password = parsed.password
-    return text.replace(str(password), "***") if password else text
+    text = text.replace(str(password), MASK) if password else text
+    return mask_credentials(text)
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

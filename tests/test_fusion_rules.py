@@ -21,6 +21,7 @@ from dse.roofline import DEFAULT_NUMERICS
 from dse.roofline import fusion_rules as FR
 from dse.roofline.pricing import feature_bytes_rules, price, rule_edges
 from formats import Dense
+from tests.cli_run import run_cli
 from tests.strategies import accelerators, any_formats, traces
 from workloads import KINDS, load_trace, trace_names
 
@@ -117,7 +118,7 @@ def test_pairs_cover_every_producer_consumer_edge_of_the_traces():
 def test_a_bad_backend_or_budget_is_one_line(tmp_path, capsys):
     for argv, needle in ((["--backend", "tvm"], "unknown backend 'tvm'"),
                          (["--budget", "0s"], "--budget 0s")):
-        assert main(["fusion-rules", *argv, "--out", str(tmp_path / "r.json")]) == 2
+        assert run_cli(["fusion-rules", *argv, "--out", str(tmp_path / "r.json")]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and needle in err, err
     assert not list(tmp_path.iterdir())
@@ -204,8 +205,9 @@ def test_random_rules_sit_between_unfused_and_fused(trace, hw, fmt, table, batch
     unfused, rules, fused = (_latencies(frame, f) for f in ("unfused", "rules:random", "fused"))
     assert np.all(unfused * (1 + REL) >= rules) and np.all(rules * (1 + REL) >= fused)
     p = price(trace, (Dense(),), DEFAULT_NUMERICS)
-    r = feature_bytes_rules(trace, table, DEFAULT_NUMERICS)
+    r, r_inputs = feature_bytes_rules(trace, table, DEFAULT_NUMERICS)
     assert np.all(p.feature_bytes_unfused >= r) and np.all(r >= p.feature_bytes_fused)
+    assert np.all(p.input_bytes_unfused >= r_inputs) and np.all(r_inputs >= p.input_bytes_fused)
 
 
 def test_an_output_is_written_unless_every_consumer_fuses_with_it():

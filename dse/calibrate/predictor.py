@@ -17,8 +17,10 @@ Training needs scikit-learn (the ``accuracy`` extra); prediction does not.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -26,11 +28,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .features import IMPL, feature_matrix
+from .features import FEATURES, IMPL, feature_matrix
 
-__all__ = ["CalibrationError", "DevicePredictors", "FamilyPredictor", "Trees", "fit_family",
-           "fit_physical", "load_predictors", "reference_hardware", "save_predictors",
-           "shipped_predictors", "MODELS_DIR"]
+__all__ = ["CalibrationError", "DevicePredictors", "FamilyPredictor", "Trees",
+           "check_predictor_document", "fit_family", "fit_physical", "load_predictors",
+           "reference_hardware", "save_predictors", "shipped_predictors", "MODELS_DIR"]
 
 MODELS_DIR = Path(__file__).parent / "models"
 FORMAT_VERSION = "dse-kernel-predictors/1"
@@ -300,7 +302,10 @@ def reference_hardware(predictors: DevicePredictors, sources: list[str]):
 
 def load_predictors(path_or_name: str | Path) -> DevicePredictors:
     """A shipped predictor set by name (``h100-sxm``, ``cpu-amd-epyc-2c``) or a JSON file
-    written by ``dse calibrate --out``. Needs numpy only."""
+    written by ``dse calibrate --out``. Needs numpy only. The file is checked against its
+    schema and physical ranges before use (:func:`check_predictor_document`): a wrong one is
+    refused in one line naming the file, the key and the fix, never used to give a silently
+    wrong expectation."""
     text = str(path_or_name)
     path = MODELS_DIR / f"{text}.json" if text in shipped_predictors() else Path(text)
     if not path.is_file():
@@ -308,16 +313,219 @@ def load_predictors(path_or_name: str | Path) -> DevicePredictors:
                                f"{', '.join(shipped_predictors()) or 'none'}); give one of "
                                "those or a file written by dse calibrate --out")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.pop("format", None) != FORMAT_VERSION:
-            raise ValueError(f"not a {FORMAT_VERSION} file")
-        families = {}
-        for key, fam in data.pop("families").items():
-            res = fam.pop("residual")
-            trees = Trees(res["init"], res["rate"], tuple(res["trees"])) if res else None
-            fam["implementations"] = tuple(fam.get("implementations", ()))
-            families[key] = FamilyPredictor(residual=trees, **fam)
-        return DevicePredictors(families=families, **data)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CalibrationError(f"{path}: not a predictor file ({exc}); write one with "
-                               "dse calibrate --data DATASET --out FILE") from None
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CalibrationError(f"{path}: not a predictor file ({_first_line(exc)}); write one "
+                               "with dse calibrate --data DATASET --out FILE") from None
+    check_predictor_document(data, str(path), text)
+    data = dict(data)
+    data.pop("format")
+    families = {}
+    for key, fam in data.pop("families").items():
+        fam = dict(fam)
+        res = fam.pop("residual")
+        trees = Trees(res["init"], res["rate"], tuple(res["trees"])) if res else None
+        fam["implementations"] = tuple(fam.get("implementations", ()))
+        families[key] = FamilyPredictor(residual=trees, **fam)
+    return DevicePredictors(families=families, **data)
+
+
+# --- the file's schema and physical ranges --------------------------------------------------
+
+_FIX = "write the file again with dse calibrate --data DATASET --out FILE"
+#: Top-level keys: required, then optional.
+_TOP = ("format", "name", "reference_hw", "device", "units", "tile", "launch_floor_s",
+        "families", "provenance")
+_TOP_OPTIONAL = ("context",)
+_FAMILY = ("key", "target", "floor_s", "ceiling", "residual", "rows", "shapes")
+_FAMILY_OPTIONAL = ("validated", "implementations")
+_TREE = ("feature", "threshold", "left", "right", "value")
+#: The whole-model constants (``validate.fit_context``) and their ranges.
+_CONTEXT = {"shift_s": (0.0, 1.0), "unmeasured_floor_s": (0.0, 1.0),
+            "unmeasured_ceiling": (1e-9, 1.0), "grouped_conv_ceiling": (1e-9, 1.0)}
+#: The longest a kernel's floor may be: a second (the slowest measured are milliseconds).
+_MAX_FLOOR_S = 1.0
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _non_finite(value, where: str) -> str | None:
+    """The key path of the first NaN or infinity inside ``value``, or None (lists of numbers,
+    the trees' arrays, are checked whole with numpy)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _non_finite(item, f"{where}.{key}")
+            if found:
+                return found
+    elif isinstance(value, list):
+        try:
+            numbers = np.asarray(value, dtype=float)
+        except (TypeError, ValueError):
+            numbers = None
+        if numbers is not None and numbers.ndim == 1:
+            bad = np.flatnonzero(~np.isfinite(numbers))
+            return f"{where}[{int(bad[0])}]" if len(bad) else None
+        for index, item in enumerate(value):
+            found = _non_finite(item, f"{where}[{index}]")
+            if found:
+                return found
+    return None
+
+
+#: Tokens through which a non-finite number enters JSON: NaN, Infinity and literals past
+#: float64's range (1e999 parses as inf).
+_NON_FINITE_TOKEN = re.compile(r"NaN|Infinity|[eE]\+?\d{3,}|\d{300,}")
+
+
+def check_predictor_document(data, where: str, text: str | None = None) -> None:
+    """Refuse a predictor file (its parsed JSON) that would give wrong expectations: unknown,
+    missing or mistyped keys, NaN or infinity anywhere, a negative floor or launch floor, a
+    ceiling outside (0, 1] (no kernel beats the speed of light), trees whose nodes point
+    outside them. Raises :class:`CalibrationError` naming ``where``, the key and the fix.
+    ``text``: the file's text, when at hand: the search for a non-finite number then walks
+    the document only when the text holds a token that can make one."""
+    def fail(key: str, problem: str):
+        raise CalibrationError(f"{where}: not a predictor file dse can use: {key} {problem}; "
+                               f"{_FIX}")
+
+    if not isinstance(data, dict):
+        fail("(the document)", "is not a JSON object")
+    if data.get("format") != FORMAT_VERSION:
+        fail("format", f"is {data.get('format')!r}, not {FORMAT_VERSION!r}")
+    _keys(data, _TOP, _TOP_OPTIONAL, "", fail)
+    found = _non_finite(data, "") if text is None or _NON_FINITE_TOKEN.search(text) else None
+    if found:
+        fail(found.lstrip("."), "is NaN or infinite; every number must be finite")
+    for key in ("name", "reference_hw"):
+        if not isinstance(data[key], str) or not data[key].strip():
+            fail(key, "must be a non-empty string")
+    if data["device"] not in ("cpu", "cuda"):
+        fail("device", f"is {data['device']!r}; use cpu or cuda")
+    for key in ("units", "tile"):
+        _whole(data[key], key, 1, 1 << 20, fail)
+    _number(data["launch_floor_s"], "launch_floor_s", 0.0, _MAX_FLOOR_S, fail)
+    for key in ("provenance", "context"):
+        if not isinstance(data.get(key, {}), dict):
+            fail(key, "must be an object")
+    context = data.get("context") or {}
+    if context:
+        for key, (low, high) in _CONTEXT.items():
+            if key not in context:
+                fail(f"context.{key}", "is missing")
+            _number(context[key], f"context.{key}", low, high, fail)
+    families = data["families"]
+    if not isinstance(families, dict) or not families:
+        fail("families", "must be an object with one predictor per kernel family")
+    for key, family in families.items():
+        _check_family(key, family, fail)
+
+
+def _keys(table: dict, required, optional, prefix: str, fail) -> None:
+    missing = [k for k in required if k not in table]
+    if missing:
+        fail(f"{prefix}{missing[0]}", "is missing")
+    unknown = sorted(set(table) - set(required) - set(optional))
+    if unknown:
+        fail(f"{prefix}{unknown[0]}", f"is not a key of this file (keys: "
+                                      f"{', '.join((*required, *optional))})")
+
+
+def _whole(value, key: str, low: int, high: int, fail) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        fail(key, f"is {value!r}; give a whole number from {low:,} to {high:,}")
+
+
+def _number(value, key: str, low: float, high: float, fail, above: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < low \
+            or value > high or (above and value == low):
+        bound = f"above {low:g}" if above else f"from {low:g}"
+        fail(key, f"is {value!r}; give a number {bound} to {high:g}")
+
+
+def _check_family(key: str, family, fail) -> None:
+    at = f"families.{key}"
+    if not isinstance(family, dict):
+        fail(at, "must be an object")
+    _keys(family, _FAMILY, _FAMILY_OPTIONAL, f"{at}.", fail)
+    if family["key"] != key:
+        fail(f"{at}.key", f"is {family['key']!r}, not the family's name {key!r}")
+    if family["target"] not in ("fraction", "time"):
+        fail(f"{at}.target", f"is {family['target']!r}; use fraction or time")
+    _number(family["floor_s"], f"{at}.floor_s", 0.0, _MAX_FLOOR_S, fail)
+    # A ceiling is the best fraction of the speed of light the family reaches: (0, 1].
+    _number(family["ceiling"], f"{at}.ceiling", 0.0, 1.0, fail, above=True)
+    for count in ("rows", "shapes"):
+        _whole(family[count], f"{at}.{count}", 0, 1 << 53, fail)
+    if not isinstance(family.get("validated", {}), dict):
+        fail(f"{at}.validated", "must be an object")
+    names = family.get("implementations", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        fail(f"{at}.implementations", "must be a list of implementation names")
+    residual = family["residual"]
+    if residual is None:
+        if family["target"] == "time":
+            fail(f"{at}.residual", "is null, but a time-target family is its trees")
+        return
+    if not isinstance(residual, dict):
+        fail(f"{at}.residual", "must be an object or null")
+    _keys(residual, ("init", "rate", "trees"), (), f"{at}.residual.", fail)
+    _number(residual["init"], f"{at}.residual.init", -1e3, 1e3, fail)
+    _number(residual["rate"], f"{at}.residual.rate", 0.0, 1e3, fail, above=True)
+    if not isinstance(residual["trees"], list):
+        fail(f"{at}.residual.trees", "must be a list of trees")
+    _check_trees(residual["trees"], f"{at}.residual.trees", fail)
+
+
+def _check_trees(trees: list, at: str, fail) -> None:
+    """Each tree: arrays of equal length; children -1 (a leaf) or a later node of the same
+    tree, so that every walk ends at a leaf; an inner node's feature a feature index (sklearn
+    marks leaves with -2). A family's trees are checked at once, as one set of arrays."""
+    for index, tree in enumerate(trees):
+        if not isinstance(tree, dict):
+            fail(f"{at}[{index}]", "must be an object")
+        _keys(tree, _TREE, (), f"{at}[{index}].", fail)
+        if not all(isinstance(tree[k], list) for k in _TREE):
+            fail(f"{at}[{index}]", f"must hold the lists {', '.join(_TREE)}")
+        nodes = len(tree["feature"])
+        if nodes == 0 or any(len(tree[k]) != nodes for k in _TREE):
+            fail(f"{at}[{index}]", f"lists {', '.join(_TREE)} must be non-empty and of one "
+                                   "length")
+    if not trees:
+        return
+    sizes = np.array([len(t["feature"]) for t in trees])
+    arrays = {}
+    for side, kinds in (("feature", "i"), ("left", "i"), ("right", "i"),
+                        ("threshold", "if"), ("value", "if")):
+        try:
+            arrays[side] = np.asarray(list(itertools.chain.from_iterable(
+                t[side] for t in trees)))
+        except (TypeError, ValueError):
+            arrays[side] = np.asarray([None])
+        if arrays[side].ndim != 1 or arrays[side].dtype.kind not in kinds:
+            fail(f"{at}[*].{side}", "must hold " + ("whole numbers" if kinds == "i"
+                                                     else "numbers"))
+    tree_of = np.repeat(np.arange(len(trees)), sizes)
+    node = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    nodes = sizes[tree_of]
+    left, right, feature = arrays["left"], arrays["right"], arrays["feature"]
+    leaf = left == -1
+
+    def refuse(bad: np.ndarray, side: str, problem: str) -> None:
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            fail(f"{at}[{int(tree_of[i])}].{side}[{int(node[i])}]", problem.format(
+                left=int(left[i]), right=int(right[i]), feature=int(feature[i])))
+
+    refuse(leaf != (right == -1), "left", "and right must both be -1 (a leaf) or both nodes")
+    refuse(~leaf & ((left <= node) | (left >= nodes) | (right <= node) | (right >= nodes)),
+           "left", "points outside the tree ({left}, {right}); children are later nodes of "
+                   "the same tree")
+    refuse(~leaf & ((feature < 0) | (feature >= len(FEATURES))), "feature",
+           "is {feature} at an inner node; give a feature index from 0 to "
+           f"{len(FEATURES) - 1}")

@@ -369,17 +369,69 @@ def load_spmv_cnn(path_or_name: str | Path) -> SpmvCnn:
                                f"estimator; shipped: {', '.join(shipped) or 'none'}")
     try:
         payload = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CalibrationError(f"{path}: not a readable estimator ({exc})") from None
     block_nnz = _blocks().BLOCK_NNZ
-    if payload.get("format") != FORMAT_VERSION or payload.get("block_nnz") != block_nnz:
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION \
+            or payload.get("block_nnz") != block_nnz:
         raise CalibrationError(f"{path}: not a {FORMAT_VERSION} estimator with blocks of "
                                f"{block_nnz} nonzeros; train one with dse calibrate "
                                "--estimator spmv-cnn")
-    weights = {k: np.asarray(v, dtype=np.float32) for k, v in payload["weights"].items()}
-    return SpmvCnn(weights, np.asarray(payload["context_mean"], dtype=np.float32),
-                   np.asarray(payload["context_std"], dtype=np.float32),
-                   payload.get("provenance", {}), payload.get("validated", {}))
+    weights, mean, std = _checked_arrays(payload, path)
+    return SpmvCnn(weights, mean, std, payload.get("provenance", {}),
+                   payload.get("validated", {}))
+
+
+#: The estimator's arrays: name -> its shape in the sizes C (convolution channels), K
+#: (kernel width, odd), H (hidden width); the input has CHANNELS channels and 3 context values.
+_SHAPES = {"conv1_w": ("C", "in", "K"), "conv1_b": ("C",), "conv2_w": ("C", "C", "K"),
+           "conv2_b": ("C",), "fc1_w": ("H", "2C+3"), "fc1_b": ("H",), "fc2_w": (1, "H"),
+           "fc2_b": (1,)}
+
+
+def _checked_arrays(payload: dict, path: Path) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The weights and the context's standardization, checked: every array present, of
+    shapes that fit together, finite, and a positive spread for each context value; a wrong
+    file is refused in one line naming the key, never run to give NaN or garbage."""
+    def fail(key: str, problem: str):
+        raise CalibrationError(f"{path}: {key} {problem}; train the estimator again with dse "
+                               "calibrate --estimator spmv-cnn --out FILE") from None
+
+    weights = payload.get("weights")
+    if not isinstance(weights, dict):
+        fail("weights", "is missing or not an object")
+    unknown = sorted(set(weights) - set(_SHAPES))
+    if unknown:
+        fail(f"weights.{unknown[0]}", f"is not a weight of the network ({', '.join(_SHAPES)})")
+    arrays = {}
+    for key in (*_SHAPES, "context_mean", "context_std"):
+        source = payload.get(key) if key.startswith("context") else weights.get(key)
+        where = key if key.startswith("context") else f"weights.{key}"
+        if source is None:
+            fail(where, "is missing")
+        try:
+            arrays[key] = np.asarray(source, dtype=np.float64)
+        except (TypeError, ValueError):
+            fail(where, "is not an array of numbers")
+        if not np.isfinite(arrays[key]).all():
+            fail(where, "holds NaN or infinity; every weight must be finite")
+    c, k = arrays["conv1_w"].shape[0] if arrays["conv1_w"].ndim == 3 else -1, \
+        arrays["conv1_w"].shape[-1]
+    h = arrays["fc1_b"].shape[0] if arrays["fc1_b"].ndim == 1 else -1
+    sizes = {"C": c, "K": k, "H": h, "in": _blocks().CHANNELS, "2C+3": 2 * c + 3}
+    for key, shape in _SHAPES.items():
+        wanted = tuple(sizes[d] if isinstance(d, str) else d for d in shape)
+        if arrays[key].shape != wanted or min(wanted) < 1:
+            fail(f"weights.{key}", f"has shape {list(arrays[key].shape)}, not {list(wanted)}")
+    if k % 2 == 0:
+        fail("weights.conv1_w", f"has an even kernel width {k}; the network pads K // 2")
+    for key in ("context_mean", "context_std"):
+        if arrays[key].shape != (3,):
+            fail(key, f"has shape {list(arrays[key].shape)}, not [3]")
+    if (arrays["context_std"] <= 0).any():
+        fail("context_std", "holds a value <= 0; each is a standard deviation")
+    return ({key: arrays[key].astype(np.float32) for key in _SHAPES},
+            arrays["context_mean"].astype(np.float32), arrays["context_std"].astype(np.float32))
 
 
 def csr_predictor_times(matrices: pd.DataFrame, predictors, hardware) -> np.ndarray:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from formats import parse as parse_format
+from search.credentials import mask_credentials
 
 from ..accuracy import (
     DEFAULT_LEVELS,
@@ -23,12 +24,15 @@ from ..accuracy import (
     run_accuracy,
     table_frame,
 )
-from ..accuracy.pipeline import check_config
-from ..output import check_output_path, write_atomic
-from .options import positive_int
+from ..accuracy.pipeline import MAX_IMG_SIZE, check_config
+from ..output import write_atomic
+from .options import check_outputs, integer, nonempty_text, number, path_value, seed
 from .progress import StatusLine
 
 __all__ = ["add_parsers"]
+
+#: Epochs a run may be asked for (each epoch is at least seconds of training).
+MAX_EPOCHS = 10_000
 
 
 def add_parsers(commands) -> None:
@@ -40,35 +44,40 @@ def add_parsers(commands) -> None:
                     "its provenance (JSON beside it). Resumable: rerun the same command to "
                     "continue. Needs: pip install 'sparsity-dse[accuracy]'.")
     acc.add_argument("--model", dest="models", action="append", required=True, metavar="NAME",
+                     type=nonempty_text("a timm model name, e.g. convnext_tiny"),
                      help="timm model name (swin_tiny is accepted); repeatable")
-    acc.add_argument("--img-size", type=positive_int, default=32, metavar="N",
+    acc.add_argument("--img-size", type=integer(1, MAX_IMG_SIZE), default=32, metavar="N",
                      help="input size in pixels (default 32)")
     acc.add_argument("--dataset", default="digits", metavar="digits|PATH",
+                     type=nonempty_text("digits or an ImageFolder tree"),
                      help="'digits' (scikit-learn's, upsampled; no download) or an ImageFolder "
                           "tree (default digits)")
     acc.add_argument("--patterns", default=",".join(DEFAULT_PATTERNS), metavar="P,P,...",
+                     type=nonempty_text("patterns separated by commas, e.g. 2:4,block4"),
                      help="unstructured, blockB, N:M (default: %(default)s)")
     acc.add_argument("--levels", default=",".join(f"{x:g}" for x in DEFAULT_LEVELS),
+                     type=nonempty_text("sparsity levels separated by commas, e.g. 0.5,0.75"),
                      metavar="S,S,...", help="sparsity levels of block and unstructured "
                                              "patterns (default: %(default)s)")
-    acc.add_argument("--dense-epochs", type=positive_int, default=30, metavar="E",
+    acc.add_argument("--dense-epochs", type=integer(1, MAX_EPOCHS), default=30, metavar="E",
                      help="epochs of the dense baseline (default 30)")
-    acc.add_argument("--finetune-epochs", type=positive_int, default=3, metavar="E",
+    acc.add_argument("--finetune-epochs", type=integer(1, MAX_EPOCHS), default=3, metavar="E",
                      help="fine-tuning epochs per level; the last E epochs of the dense "
                           "schedule are replayed (default 3)")
-    acc.add_argument("--lr", type=float, default=1e-3, help="peak AdamW learning rate")
-    acc.add_argument("--batch-size", type=positive_int, default=64, metavar="B")
-    acc.add_argument("--seed", type=int, default=0)
-    acc.add_argument("--checkpoint", metavar="PATH",
+    acc.add_argument("--lr", type=number(0.0, 10.0, above=True), default=1e-3,
+                     help="peak AdamW learning rate")
+    acc.add_argument("--batch-size", type=integer(1, 65536), default=64, metavar="B")
+    acc.add_argument("--seed", type=seed, default=0)
+    acc.add_argument("--checkpoint", metavar="PATH", type=nonempty_text("a saved state dict (.pt)"),
                      help="dense weights to start from instead of training")
-    acc.add_argument("--train-limit", type=positive_int, metavar="N",
+    acc.add_argument("--train-limit", type=integer(1, 10**9), metavar="N",
                      help="use only N training images (quick trials)")
-    acc.add_argument("--work-dir", type=Path, default=Path("dse-accuracy-work"),
+    acc.add_argument("--work-dir", type=path_value, default=Path("dse-accuracy-work"),
                      help="progress and weights, for resuming (default dse-accuracy-work)")
-    acc.add_argument("--out", type=Path, default=Path("accuracy.csv"),
+    acc.add_argument("--out", type=path_value, default=Path("accuracy.csv"),
                      help="table to write (default accuracy.csv); provenance goes to "
                           "OUT.json")
-    acc.add_argument("--save-checkpoints", type=Path, metavar="DIR",
+    acc.add_argument("--save-checkpoints", type=path_value, metavar="DIR",
                      help="also write each pruned model's state dict there (readable by "
                           "`dse workloads export --sparsity-from`)")
     acc.set_defaults(run=_cmd_accuracy)
@@ -78,12 +87,14 @@ def add_parsers(commands) -> None:
         description="Validate an accuracy table (CSV), summarize it per model, and look "
                     "formats up: measured, interpolated within the pattern family, or out of "
                     "range (never extrapolated). Default table: the shipped one.")
-    table.add_argument("path", nargs="?", type=Path, default=DEFAULT_TABLE,
+    table.add_argument("path", nargs="?", type=path_value, default=DEFAULT_TABLE,
                        metavar="TABLE.csv", help="default: the shipped table")
-    table.add_argument("--model", metavar="NAME", help="only this model (alias swin_tiny ok)")
+    table.add_argument("--model", metavar="NAME", type=nonempty_text("a model of the table"),
+                       help="only this model (alias swin_tiny ok)")
     table.add_argument("--format", dest="formats", action="append", default=[], metavar="F",
+                       type=nonempty_text("a sparse format, e.g. 2:4"),
                        help="look this format up for the model(s); repeatable")
-    table.add_argument("--metric", default="top1",
+    table.add_argument("--metric", default="top1", type=nonempty_text("a metric of the table"),
                        help="the accuracy metric to show (default top1; one the table has)")
     table.set_defaults(run=_cmd_accuracy_table)
 
@@ -101,7 +112,10 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
     import datetime
     import time
 
-    check_output_path(args.out, (".csv",))
+    check_outputs(files=[("--out", args.out, (".csv",))],
+                  folders=[("--work-dir", args.work_dir),
+                           ("--save-checkpoints", args.save_checkpoints)],
+                  inputs=[("--checkpoint", args.checkpoint, "file")])
     # Every option is checked here, in a moment, before timm is imported or a folder created.
     config = AccuracyConfig(
         models=tuple(args.models), img_size=args.img_size, dataset=args.dataset,
@@ -112,7 +126,7 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
         train_limit=args.train_limit)
     check_config(config, args.work_dir, args.save_checkpoints)
     _check_timm_models(config.models)
-    command = "dse accuracy " + " ".join(
+    command = mask_credentials("dse accuracy " + " ".join(
         [f"--model {m}" for m in config.models]
         + [f"--{k.replace('_', '-')} {v}" for k, v in (
             ("img_size", args.img_size), ("dataset", args.dataset),
@@ -120,7 +134,7 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
             ("dense_epochs", args.dense_epochs), ("finetune_epochs", args.finetune_epochs),
             ("lr", args.lr), ("batch_size", args.batch_size), ("seed", args.seed),
             ("checkpoint", args.checkpoint), ("train_limit", args.train_limit))
-           if v is not None])
+           if v is not None]))
     start = time.perf_counter()
     rows = run_accuracy(config, args.work_dir, log=lambda line: print(line, flush=True),
                         checkpoints_dir=args.save_checkpoints,

@@ -9,19 +9,35 @@ import platform
 from pathlib import Path
 
 from ..measure.errors import BenchError
-from ..output import check_report_dir, write_atomic
-from .options import Parser
+from ..output import write_atomic
+from .options import (
+    OptionValueError,
+    Parser,
+    check_outputs,
+    duration,
+    integer,
+    nonempty_text,
+    path_value,
+    seed,
+)
 from .progress import StatusLine
 
 __all__ = ["add_parsers"]
 
 
+#: Block edges r and c the register-blocked kernels take.
+MAX_BLOCK_EDGE = 64
+
+
 def _ints(text: str) -> list[int]:
     try:
-        return [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers separated by commas, "
-                                         "e.g. 1,2,4") from None
+        values = []
+    if not values or not all(1 <= v <= MAX_BLOCK_EDGE for v in values):
+        raise OptionValueError(f"{text!r}: give block edges from 1 to {MAX_BLOCK_EDGE} "
+                               "separated by commas, e.g. 1,2,4") from None
+    return values
 
 
 #: The traces whose layers `dse bench spmv-blocks` prunes: convolutions, MLPs and attention.
@@ -47,20 +63,21 @@ def add_parsers(commands) -> None:
                     "(the register-blocking profile and MFLOP/s against matrix size).",
         epilog="Method: Gahvari, Hoemmen, Demmel and Yelick, 'Benchmarking sparse matrix-vector "
                "multiply in five minutes' (2007).")
-    sp.add_argument("--budget", default="5m", metavar="DURATION",
+    sp.add_argument("--budget", default="5m", metavar="DURATION", type=duration(),
                     help="time for calibration, compiling and runs, e.g. 90s, 2m, 1h "
                          "(default 5m)")
-    sp.add_argument("--out", type=Path, metavar="DIR",
+    sp.add_argument("--out", type=path_value, metavar="DIR",
                     help="output folder (default spmv-YYYYmmdd-HHMMSS): spmv.parquet and "
                          "report/")
-    sp.add_argument("--max-dim", type=int, metavar="N",
+    sp.add_argument("--max-dim", type=integer(512, 2**30), metavar="N",
                     help="largest matrix dimension (default: from memory and the cache sizes)")
     sp.add_argument("--blocks", type=_ints, default=[1, 2, 3, 4, 6, 8], metavar="R,R,...",
                     help="block edges r and c to run (default 1,2,3,4,6,8)")
-    sp.add_argument("--bandwidth", dest="bandwidths", action="append", type=int, metavar="B",
+    sp.add_argument("--bandwidth", dest="bandwidths", action="append",
+                    type=integer(0, 2**30), metavar="B",
                     help="bandwidth of the banded matrices; repeatable; 0: no banded matrices "
                          "(default 64)")
-    sp.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    sp.add_argument("--seed", type=seed, default=0, help="generator seed (default 0)")
     sp.set_defaults(run=_cmd_spmv)
 
     bl = benches.add_parser(
@@ -77,21 +94,22 @@ def add_parsers(commands) -> None:
                     "rebuild it), the plain kernel's time and the instrumented total; "
                     "FILE.json beside it records the host and the command. Train the "
                     "estimator on it with dse calibrate --estimator spmv-cnn.")
-    bl.add_argument("--budget", default="5m", metavar="DURATION",
+    bl.add_argument("--budget", default="5m", metavar="DURATION", type=duration(),
                     help="time for the measurements, e.g. 90s, 5m (default 5m)")
-    bl.add_argument("--out", type=Path, default=Path("spmv-blocks.parquet"), metavar="FILE",
+    bl.add_argument("--out", type=path_value, default=Path("spmv-blocks.parquet"), metavar="FILE",
                     help="dataset to write, .parquet (default spmv-blocks.parquet)")
-    bl.add_argument("--max-dim", type=int, default=2**17, metavar="N",
+    bl.add_argument("--max-dim", type=integer(512, 2**30), default=2**17, metavar="N",
                     help="largest BeBOP matrix dimension (default 131072: 4.7 M nonzeros, "
                          "past a 32 MiB last-level cache)")
     bl.add_argument("--models", default=",".join(DEFAULT_BLOCK_MODELS), metavar="NAME,...",
+                    type=nonempty_text("shipped trace names separated by commas"),
                     help="shipped traces whose layers give the pruned weight matrices "
                          f"(default {','.join(DEFAULT_BLOCK_MODELS)})")
-    bl.add_argument("--repeats", type=int, default=9, metavar="R",
+    bl.add_argument("--repeats", type=integer(3, 10**9), default=9, metavar="R",
                     help="timed products per matrix, each kernel (default 9; medians kept)")
-    bl.add_argument("--sample", type=int, default=256, metavar="B",
+    bl.add_argument("--sample", type=integer(1, 1_000_000), default=256, metavar="B",
                     help="blocks kept per matrix, spread evenly (default 256)")
-    bl.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    bl.add_argument("--seed", type=seed, default=0, help="generator seed (default 0)")
     bl.set_defaults(run=_cmd_spmv_blocks)
 
 
@@ -105,7 +123,9 @@ def _cmd_spmv(args: argparse.Namespace) -> int:
 
     budget = parse_duration(args.budget)
     out = args.out or Path(f"spmv-{datetime.datetime.now():%Y%m%d-%H%M%S}")
-    check_report_dir(out, option="--out")
+    check_outputs(folders=[("--out", out)])
+    if args.max_dim is not None:
+        _check_spmv_dim(args.max_dim)
     if out.exists() and any(out.iterdir()):
         raise BenchError(f"--out {out}: folder is not empty; give a new folder")
     created = not out.exists()
@@ -142,8 +162,9 @@ def _run_spmv(args: argparse.Namespace, budget: float, out: Path) -> int:
     plan = plan_spmv_benchmark(budget - AFTER_RUN_S, max_dim=args.max_dim, seed=args.seed,
                                blocks=args.blocks, bandwidths=bandwidths)
     dropped = _dropped(plan.pruning.dropped)
-    print(f"estimate: {plan.predicted_s:.0f} s for {len(plan.matrices)} of {len(plan.space)} "
-          f"matrices (budget {budget:.0f} s, {AFTER_RUN_S:.0f} s of it kept for the report)"
+    print(f"estimate: {plan.predicted_s:.0f} s of benchmarking for {len(plan.matrices)} of "
+          f"{len(plan.space)} matrices; with {AFTER_RUN_S:.0f} s for writing the results and "
+          f"the report, the run ends within the {budget:.0f} s budget"
           + (f"; pruned: {dropped}" if dropped else ""),
           flush=True)
     # Progress in predicted seconds, not matrices: the matrices run smallest first, so a count
@@ -180,6 +201,26 @@ def _run_spmv(args: argparse.Namespace, budget: float, out: Path) -> int:
     return 0
 
 
+def _check_spmv_dim(max_dim: int) -> None:
+    """Refuse, before planning, a --max-dim whose largest matrix cannot fit in memory: planning
+    alone works on arrays of its rows, and the run builds it (``PEAK_BYTES_PER_NNZ`` a nonzero
+    at the densest rows, in ``MEMORY_SHARE`` of this machine's memory, as the default
+    --max-dim is chosen)."""
+    from ..measure.host import memory_bytes
+    from ..measure.spmv_bench import MEMORY_SHARE, NNZ_PER_ROW, PEAK_BYTES_PER_NNZ
+
+    memory = memory_bytes()
+    need = max_dim * max(NNZ_PER_ROW) * PEAK_BYTES_PER_NNZ
+    if memory and need > MEMORY_SHARE * memory:
+        largest = 512
+        while largest * 2 * max(NNZ_PER_ROW) * PEAK_BYTES_PER_NNZ <= MEMORY_SHARE * memory:
+            largest *= 2
+        raise BenchError(f"--max-dim {max_dim:,}: its largest matrix needs about "
+                         f"{need / 2**30:,.1f} GiB, above {MEMORY_SHARE:.0%} of this machine's "
+                         f"{memory / 2**30:,.1f} GiB; give at most {largest:,} (or leave it "
+                         "out: the default fits this machine)")
+
+
 def _dropped(dropped) -> str:
     """What pruning dropped, grouped: ``nnz_per_row 33, 28, ...; n 524288, 262144``."""
     groups: dict[str, list[str]] = {}
@@ -202,16 +243,11 @@ def _cmd_spmv_blocks(args: argparse.Namespace) -> int:
         run_block_benchmark,
         synthetic_specs,
     )
-    from ..output import check_output_path
-
     budget = parse_duration(args.budget)
-    check_output_path(args.out, option="--out", suffixes=(".parquet",))
-    for name, value, low in (("--repeats", args.repeats, 3), ("--sample", args.sample, 1),
-                             ("--max-dim", args.max_dim, 512)):
-        if value < low:
-            raise BenchError(f"{name} {value}: give at least {low}")
+    check_outputs(files=[("--out", args.out, (".parquet",))])
     traces = [workloads.load_trace(name.strip()) for name in args.models.split(",")
               if name.strip()]
+    _check_block_run(traces, args.repeats, budget, args.max_dim)
     specs = [*synthetic_specs(args.max_dim, args.seed), *pruned_specs(traces, args.seed)]
     print(f"{len(specs)} matrices to measure within {budget:.0f} s (random order)", flush=True)
     meter = StatusLine("measured", "matrices")
@@ -247,3 +283,51 @@ def _cmd_spmv_blocks(args: argparse.Namespace) -> int:
           f"{provenance['reference_p90_over_p10']:.2f}x (p90 / p10)")
     print(f"wrote {args.out} ({len(frame)} blocks) and {sidecar}")
     return 0
+
+
+#: Share of this machine's memory the block benchmark may plan to take.
+BLOCK_MEMORY_SHARE = 0.5
+
+
+def _check_block_run(traces, repeats: int, budget_s: float, max_dim: int) -> None:
+    """Estimate, before any matrix is planned or built, the memory and time of the largest
+    matrix the run may draw, and refuse with the estimate when it cannot fit: BeBOP's largest
+    has the largest power-of-two dimension up to ``max_dim`` and 34 nonzeros a row, a pruned
+    one at most ``m x k`` of a trace's layer (``pruned_specs`` keeps those up to 2**22);
+    ``measure_matrix`` keeps a ``repeats x blocks`` array of block times (8 bytes each) beside
+    the matrix (its CSR, the instrumented copy and temporaries: ``PEAK_BYTES_PER_NNZ`` a
+    nonzero), and each of its ``repeats`` plain samples lasts at least ``MIN_SAMPLE_S``; the
+    budget is looked at only between matrices, so one matrix must fit in it."""
+    import math
+
+    from ..measure.host import memory_bytes
+    from ..measure.spmv_bench import PEAK_BYTES_PER_NNZ
+    from ..measure.spmv_blocks import BLOCK_NNZ, MIN_SAMPLE_S
+    from ..output import format_seconds
+
+    largest_n = 512 * 2 ** max(0, int(math.log2(max_dim / 512)))
+    layers = [int(o.m) * int(o.k) for t in traces for o in t.ops.itertuples()
+              if o.prunable and o.groups == 1 and int(o.m) * int(o.k) <= 2**22]
+    nnz = max(largest_n * 34, *layers)
+    blocks = math.ceil(nnz / BLOCK_NNZ)
+    need = nnz * PEAK_BYTES_PER_NNZ + repeats * blocks * 8
+    memory = memory_bytes()
+    have = BLOCK_MEMORY_SHARE * memory if memory else None
+    seconds = repeats * MIN_SAMPLE_S
+    problems = []
+    if have is not None and need > have:
+        problems.append(f"its largest matrix ({nnz:,} nonzeros, {blocks:,} blocks) needs "
+                        f"{need / 2**30:,.1f} GiB, above half of this machine's "
+                        f"{memory / 2**30:,.1f} GiB")
+    if seconds > budget_s:
+        problems.append(f"each matrix takes at least {format_seconds(seconds)} ({repeats:,} "
+                        f"products of at least {format_seconds(MIN_SAMPLE_S)}), beyond the "
+                        f"{format_seconds(budget_s)} budget")
+    if problems:
+        fits = int(budget_s / MIN_SAMPLE_S)
+        if have is not None:
+            fits = min(fits, int(max(0.0, have - nnz * PEAK_BYTES_PER_NNZ) / (blocks * 8)))
+        hint = (f"give --repeats of at most {fits:,}" if fits >= 3 else
+                f"give a --max-dim below {max_dim:,}")
+        raise BenchError(f"--repeats {repeats:,} --max-dim {max_dim:,}: {'; '.join(problems)}; "
+                         f"{hint}")

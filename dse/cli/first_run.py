@@ -12,9 +12,10 @@ import dse.roofline.kernels as kernels
 
 __all__ = ["kernels_cached", "note_first_compile"]
 
-#: What the first compile takes on this project's 2-core machines (11-14 s measured by
-#: `python -m benchmarks.evaluator_throughput`, "numba first call").
-FIRST_COMPILE = "about 15 s"
+#: What the note says of the pause. No figure: the compile time depends on the machine and its
+#: load (`python -m benchmarks.evaluator_throughput` measures it, "numba first call"), and a
+#: guess printed as a fact was off by half on the machine it was measured on.
+FIRST_COMPILE = "a pause of some seconds, once per installation"
 
 
 def _cache_folder() -> str:
@@ -38,5 +39,5 @@ def note_first_compile() -> str | None:
     """The line to print before the first evaluation, or None when the kernels are cached."""
     if kernels_cached():
         return None
-    return (f"dse: compiling the evaluator's kernels once ({FIRST_COMPILE}); later runs load "
+    return (f"dse: compiling the evaluator's kernels ({FIRST_COMPILE}); later runs load "
             f"them from {os.environ.get('NUMBA_CACHE_DIR', 'the numba cache')}")

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-from ..output import check_output_path, write_atomic
+from ..output import write_atomic
+from .options import (
+    MAX_THREADS,
+    check_outputs,
+    duration,
+    integer,
+    nonempty_text,
+    number,
+    path_value,
+)
 from .progress import StatusLine
 
 __all__ = ["add_parsers"]
@@ -25,17 +33,19 @@ def add_parsers(commands) -> None:
         epilog="Example: dse fusion-rules --backend inductor-cpu --budget 30m "
                "--out inductor-cpu.json")
     fp.add_argument("--backend", default="inductor-cpu", metavar="NAME",
+                    type=nonempty_text("a backend, inductor-cpu or inductor-cuda"),
                     help="inductor-cpu or inductor-cuda (default inductor-cpu)")
-    fp.add_argument("--out", type=Path, required=True, metavar="FILE.json",
+    fp.add_argument("--out", type=path_value, required=True, metavar="FILE.json",
                     help="rule table to write")
-    fp.add_argument("--budget", default="30m", metavar="DURATION",
+    fp.add_argument("--budget", default="30m", metavar="DURATION", type=duration(),
                     help="time for the whole run, e.g. 90s, 20m (default 30m); pairs not "
                          "reached are recorded as skipped and do not fuse")
-    fp.add_argument("--threshold", type=float, default=None, metavar="SHARE",
+    fp.add_argument("--threshold", type=number(0.0, 1.0, above=True), default=None,
+                    metavar="SHARE",
                     help="fused when joined work < SHARE x separate work (default 0.85)")
-    fp.add_argument("--batch", type=int, default=None, metavar="B",
+    fp.add_argument("--batch", type=integer(1, 1024), default=None, metavar="B",
                     help="samples per graph call (default 4)")
-    fp.add_argument("--threads", type=int, default=None, metavar="N",
+    fp.add_argument("--threads", type=integer(1, MAX_THREADS), default=None, metavar="N",
                     help="torch threads while timing (default 1: steadier on a shared machine)")
     fp.set_defaults(run=_cmd_fusion_rules)
 
@@ -51,7 +61,7 @@ def _cmd_fusion_rules(args: argparse.Namespace) -> int:
     )
     from ..roofline.fusion_rules import FusionRulesError
 
-    check_output_path(args.out, (".json",))
+    check_outputs(files=[("--out", args.out, (".json",))])
     budget = parse_duration(args.budget, error=FusionRulesError)
     for option, value in (("--batch", args.batch), ("--threads", args.threads)):
         if value is not None and value < 1:

@@ -10,8 +10,18 @@ import pandas as pd
 import accelerator_models
 from accelerator_models import FIELDS
 
-from ..output import check_output_path, write_atomic
-from .options import Parser, add_set_option, positive_int
+from ..output import write_atomic
+from .options import (
+    MAX_WAIT_S,
+    Parser,
+    add_set_option,
+    check_outputs,
+    identifier,
+    integer,
+    nonempty_text,
+    number,
+    path_value,
+)
 from .progress import StatusLine
 
 __all__ = ["add_parsers"]
@@ -29,7 +39,8 @@ def add_parsers(commands) -> None:
     hw_show = hw_commands.add_parser("show", help="one spec, every field, with sources",
                                      description="Show one spec (catalog name, alias or "
                                                  ".toml path), after any --set overrides.")
-    hw_show.add_argument("name", metavar="NAME|PATH")
+    hw_show.add_argument("name", metavar="NAME|PATH",
+                         type=nonempty_text("a catalog name (dse hw list) or a spec .toml"))
     add_set_option(hw_show)
     hw_show.set_defaults(run=_cmd_hw_show)
     hw_probe = hw_commands.add_parser(
@@ -48,12 +59,14 @@ def add_parsers(commands) -> None:
                "spec has no fp16 rate unless the CPU runs fp16 natively).")
     hw_probe.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                           help="what to probe (default cpu)")
-    hw_probe.add_argument("--out", type=Path, default=Path("host.toml"), metavar="FILE.toml",
+    hw_probe.add_argument("--out", type=path_value, default=Path("host.toml"), metavar="FILE.toml",
                           help="spec to write (default host.toml)")
-    hw_probe.add_argument("--name", default="host", help="the spec's name (default host)")
-    hw_probe.add_argument("--repeats", type=positive_int, default=7, metavar="N",
+    hw_probe.add_argument("--name", default="host", type=identifier("a spec name"),
+                          help="the spec's name (default host)")
+    hw_probe.add_argument("--repeats", type=integer(3, 1000), default=7, metavar="N",
                           help="repeats per figure, at least 3 (default 7)")
-    hw_probe.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+    hw_probe.add_argument("--wait-idle", type=number(0.0, MAX_WAIT_S, unit=" s"), default=0.0,
+                          metavar="SECONDS",
                           help="first wait up to this long for other processes to leave the "
                                "cores alone (default 0)")
     hw_probe.set_defaults(run=_cmd_hw_probe)
@@ -85,6 +98,9 @@ def _cmd_hw_show(args: argparse.Namespace) -> int:
         print(f"description: {acc.description}")
     if acc.aliases:
         print(f"aliases: {', '.join(acc.aliases)}")
+    print("figures: " + ("peak (datasheet rates: the roofline on them is a bound)"
+                         if acc.is_bound else "ceiling (measured: the roofline on them is an "
+                         "estimate that some runs beat, not a bound)"))
     print(f"in short: {_in_short(acc)}")
     print("fields:")
     for path in FIELDS:
@@ -152,12 +168,9 @@ def _in_short(acc) -> str:
 
 
 def _cmd_hw_probe(args: argparse.Namespace) -> int:
-    from ..measure.errors import ProbeError
     from ..measure.probe import probe, probe_spec_toml
 
-    check_output_path(args.out, (".toml",))
-    if args.wait_idle < 0:
-        raise ProbeError(f"--wait-idle {args.wait_idle:g}: give 0 or more seconds")
+    check_outputs(files=[("--out", args.out, (".toml",))])
     result = probe(args.device, args.repeats, progress=StatusLine("probed", "figures"),
                    wait_idle_s=args.wait_idle)
     text = probe_spec_toml(result, args.name, command=args.command_line)

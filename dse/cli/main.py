@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import _thread
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -15,6 +14,7 @@ from collections.abc import Sequence
 import dse
 from accelerator_models import SpecError
 from formats import FormatError
+from search.credentials import masked_command
 from search.errors import SearchError, SearchInterrupted
 from workloads import TraceError
 
@@ -29,7 +29,7 @@ from ..sim import FanoutError, SimulationError
 from . import accuracy, bench, calibrate, evaluate, fusion, hw, measure, report, simulate, workloads
 from . import search as search_command
 from .first_run import note_first_compile
-from .options import Parser
+from .options import InputError, Parser
 
 __all__ = ["main"]
 
@@ -40,7 +40,7 @@ COMMANDS = (evaluate, workloads, accuracy, hw, simulate, search_command, report,
 USER_ERRORS = (SpecError, FormatError, TraceError, EvaluationError, NumericsError, OutputError,
                AccuracyError, AccuracyTableError, SearchError, SweepError, SimulationError,
                FanoutError, BenchError, MeasureError, ProbeError,
-               DatasetError, FusionRulesError, CalibrationError)
+               DatasetError, FusionRulesError, CalibrationError, InputError)
 
 
 def build_parser() -> Parser:
@@ -114,8 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        # The command as run, for the files that record it (reports, datasets, probes).
-        args.command_line = "dse " + shlex.join(sys.argv[1:] if argv is None else argv)
+        # The command as run, for the files that record it (reports, datasets, probes,
+        # predictors): credentials masked here, once, for every one of them.
+        args.command_line = masked_command(sys.argv[1:] if argv is None else argv)
         if getattr(args, "evaluates", False) and (note := note_first_compile()):
             print(note, file=sys.stderr, flush=True)  # instead of a silent pause
         code = args.run(args)

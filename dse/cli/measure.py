@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from ..output import check_output_path
-from .options import Default, add_design_options, design_from_args, positive_int
+from ..measure.errors import MeasureError
+from .options import (
+    MAX_THREADS,
+    MAX_WAIT_S,
+    Default,
+    add_design_options,
+    check_outputs,
+    design_from_args,
+    duration,
+    integer,
+    number,
+    path_value,
+    seed,
+)
 from .progress import StatusLine
 
 __all__ = ["add_parsers"]
@@ -33,29 +46,31 @@ def add_parsers(commands) -> None:
                        fusion=False, numerics=False)
     mp.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="where the kernels run (default cpu)")
-    mp.add_argument("--budget", default="10m", metavar="DURATION",
+    mp.add_argument("--budget", default="10m", metavar="DURATION", type=duration(),
                     help="time for the whole run, e.g. 90s, 5m, 1h (default 10m); the trace's "
                          "own shapes first, then adaptive sampling")
-    mp.add_argument("--out", type=Path, default=Path("measurements.parquet"), metavar="FILE",
+    mp.add_argument("--out", type=path_value, default=Path("measurements.parquet"), metavar="FILE",
                     help="dataset to write, .parquet or .csv, with FILE.json beside it "
                          "(default measurements.parquet)")
-    mp.add_argument("--threads", type=positive_int, metavar="N",
+    mp.add_argument("--threads", type=integer(1, MAX_THREADS), metavar="N",
                     help="torch and numba threads (default: every usable core; recorded)")
-    mp.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+    mp.add_argument("--wait-idle", type=number(0.0, MAX_WAIT_S, unit=" s"), default=0.0,
+                    metavar="SECONDS",
                     help="first wait up to this long for other processes to leave the cores "
                          "alone (default 0)")
-    mp.add_argument("--rounds", type=positive_int, metavar="N",
+    mp.add_argument("--rounds", type=integer(1, 100), metavar="N",
                     help="time every configuration N times, once a round, minutes apart "
                          "(default 4 on the CPU, whose speed changes for seconds at a time on "
                          "a shared host, 1 on CUDA); calibration takes each kernel's fastest "
                          "round. Sampling stops when the first round has spent 1/N of "
-                         "--budget")
+                         "--budget; a later round runs only while --budget has room for it "
+                         "(the summary says how many ran)")
     mp.add_argument("--warm", action="store_true",
                     help="also time every trace shape and vector op without the cache flush "
                          "(rows with cache = warm): inputs and weights stay in the caches "
                          "from the previous call, as activations do inside a model; sampled "
                          "configurations stay cold")
-    mp.add_argument("--seed", type=int, default=0, help="weights and sampling seed (default 0)")
+    mp.add_argument("--seed", type=seed, default=0, help="weights and sampling seed (default 0)")
     mp.add_argument("--no-vector-ops", action="store_true",
                     help="time only the GEMM-like kernels, not the trace's norms, activations "
                          "and softmax")
@@ -78,14 +93,14 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     from ..measure.measure import measure, parse_budget, write_dataset
     from ..output import write_table
 
-    check_output_path(args.out, (".parquet", ".csv"))
+    check_outputs(files=[("--out", args.out, (".parquet", ".csv"))])
     budget = parse_budget(args.budget)
-    if args.wait_idle < 0:
-        from ..measure.errors import MeasureError
-
-        raise MeasureError(f"--wait-idle {args.wait_idle:g}: give 0 or more seconds")
     d = design_from_args(args)
-    whole = True if (args.whole_models or args.whole_models_only) else None
+    asked_whole = args.whole_models or args.whole_models_only
+    if asked_whole:
+        _check_timm_model(d.trace, "--whole-models-only" if args.whole_models_only
+                          else "--whole-models")
+    whole = True if asked_whole else None
     result = measure(d.trace, d.accelerator, d.formats, d.batches, device=args.device,
                      budget_s=budget, progress=StatusLine(
                          "measured", "whole models" if args.whole_models_only else "kernels"),
@@ -93,6 +108,10 @@ def _cmd_measure(args: argparse.Namespace) -> int:
                      whole_models=whole, wait_idle_s=args.wait_idle, seed=args.seed,
                      kernels=not args.whole_models_only, rounds=args.rounds,
                      warm=args.warm)
+    untimed = _untimed_whole_models(result.frame) if asked_whole else None
+    if untimed is not None and args.whole_models_only:
+        raise MeasureError(f"--whole-models-only: no whole model of {d.trace.model} could be "
+                           f"timed ({untimed}); nothing was written")
     print(result.summary_text())
     out = write_dataset(result, args.out, args.command_line)
     print(f"wrote {len(result.frame)} rows to {out} and provenance to {out.with_suffix('.json')}")
@@ -102,4 +121,32 @@ def _cmd_measure(args: argparse.Namespace) -> int:
         write_table(models, side)
         print(f"wrote {len(models)} whole-model rows to {side} (dse calibrate --validate "
               f"--whole-models DEVICE={side})")
+    if untimed is not None:
+        # The kernels are measured and written; the whole models asked for are not there.
+        print(f"dse: error: --whole-models: no whole model of {d.trace.model} could be timed "
+              f"({untimed}); {out} holds the kernels only", file=sys.stderr)
+        return 1
     return 0
+
+
+def _check_timm_model(trace, option: str) -> None:
+    """Whole models are timm's: a trace of another model (a hand-written or custom one) has
+    none to time, which is said before any work rather than as an error row after it."""
+    try:
+        import timm
+    except ImportError:
+        raise MeasureError(f"{option} builds the trace's timm model: pip install "
+                           "'sparsity-dse[export]'") from None
+    if not timm.is_model(trace.model):
+        raise MeasureError(f"{option}: {trace.model} is no timm model, so there is no whole "
+                           "model to time; give the trace of a timm model (dse workloads "
+                           "export) or drop the option")
+
+
+def _untimed_whole_models(frame) -> str | None:
+    """None when a whole model was timed; else why not (the first error row's reason)."""
+    models = frame[frame["family"] == "model"]
+    if len(models) and (models["error"] == "").any():
+        return None
+    errors = [e for e in models["error"] if e]
+    return errors[0] if errors else "no whole-model row"

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
+import os
 import re
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,22 +26,30 @@ import pandas as pd
 import accelerator_models
 from accelerator_models import Accelerator
 from formats import parse as parse_format
-from workloads import MAX_BATCH, Trace, load_trace
+from workloads import MAX_BATCH, Trace, load_model
+from workloads.llm import PHASES, check_priceable
 
 from ..calibrate.expected import expected_layers
 from ..calibrate.predictor import DevicePredictors, load_predictors
 from ..explore import EVALUATORS, ROOFLINE, Evaluator, Simulator
-from ..output import check_output_path, check_report_dir
+from ..measure.budget import MAX_BUDGET_S, duration_text, parse_duration
+from ..output import OutputError, check_output_path
 from ..roofline import SCOPES, EvaluationError, Numerics, evaluate_layers
 from ..roofline.evaluator import fusion_models
 from ..sim import LOCAL, SimConfig, SimulationError
 from .progress import StatusLine
 
 __all__ = [
+    "CALIBRATED_FIX",
     "MAX_BATCH",
+    "MAX_SEED",
+    "MAX_THREADS",
+    "MAX_WAIT_S",
     "SIM_OPTIONS",
     "Default",
     "Design",
+    "InputError",
+    "OptionValueError",
     "Parser",
     "add_design_options",
     "add_evaluator_options",
@@ -49,23 +60,42 @@ __all__ = [
     "check_outputs",
     "fusion_model",
     "design_from_args",
+    "duration",
     "evaluator_from_args",
     "expected_ops",
+    "integer",
+    "identifier",
+    "number",
     "numerics_from_args",
+    "path_value",
     "positive_int",
     "predictors_from_args",
     "refuse_unused_sim_options",
+    "seed",
     "sim_config_from_args",
+    "nonempty_text",
 ]
 
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line naming the command and pointing at --help."""
+    """argparse, but a usage error is one line naming the command and pointing at --help, and
+    a value one of the typed options below refuses reads ``--option VALUE: the fix``."""
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}{_suggestion(message)} "
                      f"(see {self.prog} --help)\n")
+
+    def _get_value(self, action, arg_string):  # argparse's one call of an option's type
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError as exc:
+            refusal = exc.__context__
+            if not isinstance(refusal, OptionValueError):
+                raise
+            name = max(action.option_strings, key=len) if action.option_strings \
+                else (action.metavar or action.dest)
+            raise argparse.ArgumentError(None, f"{name} {refusal}") from None
 
 
 def _suggestion(message: str) -> str:
@@ -108,19 +138,157 @@ def fusion_model(text: str) -> str:
     return text
 
 
-def _number(text: str) -> float:
-    """A float, where ``inf`` means unlimited; the range is checked by SimConfig."""
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+# --- typed option values: every number has a range, every string a form -----------------------
+#
+# Each factory returns an argparse ``type``: the value is refused while the command line is
+# parsed, before any file is read or any work starts, in one line ``--option VALUE: the fix``.
 
 
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+class OptionValueError(argparse.ArgumentTypeError):
+    """An option value out of its range or form; the message is ``VALUE: the fix`` and
+    :class:`Parser` puts the option's name in front of it."""
+
+
+#: Seeds: numpy, torch and scikit-learn take 0 .. 2**32 - 1, and commands add offsets to a
+#: seed (per worker, per level, per sampled configuration), so the range leaves room for them.
+MAX_SEED = 2**31 - 1
+#: Time a command may be asked to spend waiting for an idle machine.
+MAX_WAIT_S = 24 * 3600.0
+#: Threads and processes a command may be asked for.
+MAX_THREADS = 4096
+
+
+def _range_text(low: int, high: int) -> str:
+    return f"from {low:,} to {high:,}"
+
+
+def integer(low: int, high: int, rule: str | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high`` (``1e3`` is taken as 1000).
+    ``rule``: the fix the refusal gives instead of the range, e.g. ``"an integer >= 1 and
+    <= 64 (2 = double buffering)"``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                as_float = float(text)
+            except ValueError:
+                as_float = math.nan
+            if not (math.isfinite(as_float) and as_float.is_integer()):
+                raise OptionValueError(f"{text!r}: not a whole number; give "
+                                       f"{rule or 'one ' + _range_text(low, high)}") from None
+            value = int(as_float)
+        if value < low:
+            raise OptionValueError(f"{text.strip()}: give {rule or f'at least {low:,}'}"
+                                   + ("" if rule else f" (and at most {high:,})"))
+        if value > high:
+            raise OptionValueError(f"{text.strip()}: give {rule or f'at most {high:,}'}"
+                                   + ("" if rule else f" (and at least {low:,})"))
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def number(low: float, high: float, *, above: bool = False, unlimited: bool = False,
+           unit: str = "", rule: str | None = None) -> Callable[[str], float]:
+    """An argparse type: a finite number from ``low`` (excluded with ``above``) to ``high``;
+    ``unlimited``: ``inf`` is taken too (meaning no limit). NaN is always refused."""
+    span = (f"above {low:g} and at most {high:g}{unit}" if above
+            else f"from {low:g} to {high:g}{unit}")
+    fix = rule or f"a number {span}" + (" (inf for unlimited)" if unlimited else "")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise OptionValueError(f"{text!r}: not a number; give {fix}") from None
+        if math.isinf(value) and value > 0 and unlimited:
+            return value
+        if not math.isfinite(value) or value < low or (above and value == low) or value > high:
+            raise OptionValueError(f"{value!r}: give {fix}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def seed(text: str) -> int:
+    """An argparse type: a seed, 0 to :data:`MAX_SEED`."""
+    return integer(0, MAX_SEED, f"a seed from 0 to {MAX_SEED:,}")(text)
+
+
+def duration(option_max_s: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a duration (``90s``, ``5m``, ``1.5h``, a bare number of seconds) in
+    seconds, positive and at most ``option_max_s`` (default :data:`MAX_BUDGET_S`); refused
+    with how long the run would plan and the longest one taken."""
+    limit = MAX_BUDGET_S if option_max_s is None else option_max_s
+
+    def parse(text: str) -> float:
+        try:
+            seconds = parse_duration(text, option="", error=ValueError)
+        except ValueError as exc:
+            raise OptionValueError(str(exc).strip()) from None
+        if seconds > limit:
+            raise OptionValueError(f"{text}: a run of {duration_text(seconds)}, beyond the "
+                                   f"longest one dse plans, {duration_text(limit)}; give at most "
+                                   f"{duration_text(limit)} and split longer work into several "
+                                   "runs")
+        return seconds
+
+    parse.__name__ = "duration"
+    return parse
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def nonempty_text(fix: str) -> Callable[[str], str]:
+    """An argparse type: a non-empty string without control characters (a name, a shipped
+    entry or a path); ``fix`` says what to give instead, e.g. ``"a shipped predictor set or a
+    file written by dse calibrate --out"``."""
+    def parse(value: str) -> str:
+        if not value.strip() or _CONTROL.search(value):
+            raise OptionValueError(f"{value!r}: give {fix}")
+        return value
+
+    parse.__name__ = "text"
+    return parse
+
+
+def identifier(what: str, longest: int = 100) -> Callable[[str], str]:
+    """An argparse type: a name of letters, digits and ``. _ + : -`` (1 to ``longest``
+    characters, the first a letter or digit), as names of specs, predictor sets and studies
+    are written."""
+    form = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._+:-]{{0,{longest - 1}}}$")
+
+    def parse(value: str) -> str:
+        if not form.match(value):
+            raise OptionValueError(f"{value!r}: give {what} of letters, digits and . _ + : - "
+                                   f"(1 to {longest} characters, the first a letter or digit)")
+        return value
+
+    parse.__name__ = "name"
+    return parse
+
+
+def path_value(value: str) -> Path:
+    """An argparse type: a file or folder path; an empty one (which would mean the current
+    folder) is refused."""
+    if not value.strip() or _CONTROL.search(value):
+        raise OptionValueError(f"{value!r}: give a file or folder path")
+    return Path(value)
+
+
+#: The simulator's settings, in physical ranges: a buffer up to 2**63 bytes (inf: unlimited),
+#: up to 64 stages, a launch of at most a second (none takes that long; 1e308 would make every
+#: latency infinite), prefetching up to 2**30 ops ahead (SimConfig.roofline's "unlimited").
+MAX_BUFFER_BYTES = float(2**63)
+MAX_DEPTH = 64
+MAX_LAUNCH_S = 1.0
+MAX_PREFETCH = 1 << 30
+BUFFER_RULE = "a positive size in bytes up to 2**63 (inf for unlimited)"
+LAUNCH_RULE = "a finite number of seconds >= 0 and <= 1 (0 = no launch cost)"
 
 
 # --- design ---------------------------------------------------------------------------------------
@@ -153,15 +321,25 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
         title += "; the last " + ", ".join(single) + " counts here"
     g = p.add_argument_group(title + ")")
     g.add_argument("--model", dest="models", action="append", required=models is None,
+                   type=nonempty_text("a shipped trace name (dse workloads list) or a trace .json"),
                    metavar="NAME|PATH",
-                   help="shipped trace name or alias (`dse workloads list`) or a trace .json"
-                        + said(models))
+                   help="shipped trace name or alias (`dse workloads list`) or a trace .json; "
+                        "or a language model, shipped or a config.json, with --phase and "
+                        "--context" + said(models))
+    g.add_argument("--phase", choices=PHASES,
+                   help="language models (dse workloads list): prefill (--context prompt "
+                        "tokens per request) or decode (one new token per request)")
+    g.add_argument("--context", type=positive_int, metavar="TOKENS",
+                   help="language models: prompt tokens (prefill) or the context length the "
+                        "new token attends to (decode)")
     g.add_argument("--hw", dest="hardware", action="append", required=hardware is None,
+                   type=nonempty_text("a catalog name (dse hw list) or a spec .toml"),
                    metavar="NAME|PATH",
                    help="catalog name (`dse hw list`) or spec .toml; also comma-separated, "
                         "e.g. a100,h100,my_gpu.toml" + said(hardware))
     add_set_option(g)
     g.add_argument("--format", dest="formats", action="append", required=formats is None,
+                   type=nonempty_text("a sparse format, e.g. 2:4 or block4@87.5%"),
                    metavar="F",
                    help="sparse format, e.g. 2:4, block4@87.5%%, unstructured@0.875; dense is "
                         "always evaluated as the baseline" + said(formats))
@@ -172,8 +350,9 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
                        metavar="{" + ",".join(fusion_models()) + "}",
                        help="fusion model (default unfused); rules:NAME fuses only the op-kind "
                             "pairs a shipped rule table lists (`dse fusion-rules`)")
-        g.add_argument("--scope", choices=SCOPES, default="gemm",
-                       help="gemm: prunable weight GEMMs only; all: every op (default gemm)")
+        g.add_argument("--scope", choices=SCOPES,
+                       help="gemm: prunable weight GEMMs only; all: every op (default gemm; "
+                            "all for language models, whose attention reads the KV cache)")
     if numerics:
         add_numerics_options(p)
     p.set_defaults(evaluates=True, single_options=tuple(single), command_name=p.prog,
@@ -185,6 +364,7 @@ def add_set_option(p) -> None:
     """``--set FIELD=VALUE``, repeatable: hardware overrides (on every --hw where there are
     several)."""
     p.add_argument("--set", dest="overrides", action="append", default=[],
+                   type=nonempty_text("FIELD=VALUE, e.g. dram_bandwidth_bytes_per_s=3e12"),
                    metavar="FIELD=VALUE",
                    help="override a hardware field (on every --hw), e.g. --set "
                         "dram_bandwidth_bytes_per_s=3e12 or --set sparse_tensor.patterns="
@@ -193,14 +373,14 @@ def add_set_option(p) -> None:
 
 def add_numerics_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("numerics")
-    g.add_argument("--dtype", default="fp16",
+    g.add_argument("--dtype", default="fp16", type=nonempty_text("a dtype, e.g. fp16"),
                    help="tensor-core dtype; values and features are stored in it (default fp16)")
-    g.add_argument("--vector-dtype", default="fp16",
+    g.add_argument("--vector-dtype", default="fp16", type=nonempty_text("a dtype, e.g. fp16"),
                    help="dtype of elementwise ops on the vector cores (default fp16)")
-    g.add_argument("--csr-dtype", default="fp32",
+    g.add_argument("--csr-dtype", default="fp32", type=nonempty_text("a dtype, e.g. fp32"),
                    help="dtype of CSR kernels on the vector cores (default fp32: sparse "
                         "libraries accumulate in FP32)")
-    g.add_argument("--index-bytes", type=int, default=4,
+    g.add_argument("--index-bytes", type=integer(1, 8, "1, 2, 4 or 8"), default=4,
                    help="CSR/BSR index width in bytes (default 4)")
 
 
@@ -251,23 +431,32 @@ def design_from_args(args: argparse.Namespace) -> Design:
     if "--hw" in single and len(names) > 1:
         raise EvaluationError(f"--hw {','.join(names)}: {args.command_name} takes one "
                               "accelerator; give one name")
+    traces = [load_model(m, getattr(args, "phase", None), getattr(args, "context", None))
+              for m in _unique(last["--model"])]
+    language = any(t.provenance.get("phase") for t in traces)
     design = Design(
-        traces=[load_trace(m) for m in _unique(last["--model"])],
+        traces=traces,
         hardware=[accelerator_models.load(h, args.overrides) for h in names],
         hardware_names=names,
         overrides=list(args.overrides),
         formats=_unique(last["--format"]),
         batches=_unique(last["--batch"]),
         fusions=_unique(last["--fusion"] or ["unfused"]),
-        scope=getattr(args, "scope", "gemm"),
+        scope=getattr(args, "scope", None) or ("all" if language else "gemm"),
         numerics=numerics_from_args(args) if hasattr(args, "dtype") else Numerics(),
     )
     for fmt in design.formats:
         parse_format(fmt)  # a bad format fails before any work
+    for trace in design.traces:  # language-model designs the evaluator cannot price yet
+        check_priceable(trace, design.batches, design.fusions)
     return design
 
 
 # --- the expectation beside the bound (--calibrated DEVICE) ---------------------------------------
+
+#: What --calibrated takes, said when it is refused.
+CALIBRATED_FIX = ("a shipped predictor set (h100-sxm, cpu-amd-epyc-2c) or a file written by "
+                  "dse calibrate --out")
 
 
 def predictors_from_args(args: argparse.Namespace) -> DevicePredictors | None:
@@ -286,19 +475,74 @@ def expected_ops(trace: Trace, design: Design, predictors: DevicePredictors) -> 
     return expected_layers(layers, trace, predictors)
 
 
-# --- outputs --------------------------------------------------------------------------------------
+# --- inputs and outputs: checked before any work -------------------------------------------------
 
 
-def check_outputs(files: Sequence[tuple[str, Path | None]] = (),
-                  folders: Sequence[tuple[str, Path | None]] = ()) -> None:
-    """Check every output path of a command before any work: ``(option, path)`` pairs of result
-    files (.csv, .parquet, .json) and of report folders; ``None`` paths are skipped."""
-    for option, path in files:
+class InputError(ValueError):
+    """An input path that does not exist or cannot be read; the message names the option, the
+    path and the fix."""
+
+
+def _probe_writable(folder: Path, option: str, path: Path) -> None:
+    """Create and remove a file in ``folder``: what a result will do, and the only test that
+    tells a read-only mount, ``/proc`` or ``/sys`` apart when ``os.access`` says yes (it
+    always does for root)."""
+    try:
+        handle, name = tempfile.mkstemp(prefix=".dse-write-check-", dir=folder)
+    except OSError as exc:
+        raise OutputError(f"{option} {path}: cannot write in {folder} "
+                          f"({exc.strerror or exc}); give a writable folder") from None
+    os.close(handle)
+    os.unlink(name)
+
+
+def check_outputs(files: Sequence[tuple] = (), folders: Sequence[tuple[str, Path | None]] = (),
+                  inputs: Sequence[tuple] = ()) -> None:
+    """Check every path of a command before any work: it fails at once, in one line, rather
+    than after minutes of work.
+
+    ``files``: ``(option, path)`` or ``(option, path, suffixes)`` of result files (default
+    suffixes .csv, .parquet, .json): the suffix, a folder that exists, and a file can be
+    created there. ``folders``: ``(option, path)`` of folders a command creates or fills
+    (reports, benchmark outputs): not a file, and a file can be created in it or beside it.
+    ``inputs``: ``(option, path)`` or ``(option, path, kind)`` (``"file"``, ``"folder"`` or
+    ``"any"``, the default) of inputs given as paths: they exist and can be read. ``None``
+    paths are skipped."""
+    for option, path, *kind in inputs:
         if path is not None:
-            check_output_path(path, option=option)
+            _check_input(option, Path(path), kind[0] if kind else "any")
+    for option, path, *suffixes in files:
+        if path is not None:
+            path = Path(path)
+            check_output_path(path, *suffixes, option=option) if suffixes \
+                else check_output_path(path, option=option)
+            _probe_writable(path.parent if str(path.parent) else Path("."), option, path)
     for option, path in folders:
         if path is not None:
-            check_report_dir(path, option=option)
+            _check_folder(option, Path(path))
+
+
+def _check_folder(option: str, path: Path) -> None:
+    """A folder a command creates or fills: not a file, its parent there, writable."""
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{option} {path}: is a file, not a folder; give a folder")
+    parent = path if path.is_dir() else (path.parent if str(path.parent) else Path("."))
+    if not parent.is_dir():
+        raise OutputError(f"{option} {path}: folder {parent} is missing or not writable; "
+                          "create it or choose another")
+    _probe_writable(parent, option, path)
+
+
+def _check_input(option: str, path: Path, kind: str) -> None:
+    if not path.exists():
+        raise InputError(f"{option} {path}: no such {'folder' if kind == 'folder' else 'file'}; "
+                         "give an existing one")
+    if kind == "file" and not path.is_file():
+        raise InputError(f"{option} {path}: is a folder; give a file")
+    if kind == "folder" and not path.is_dir():
+        raise InputError(f"{option} {path}: is a file; give a folder")
+    if not os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0)):
+        raise InputError(f"{option} {path}: cannot be read; fix its permissions")
 
 
 # --- evaluator and simulator ----------------------------------------------------------------------
@@ -315,12 +559,17 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--buffer", choices=("smem", "l2"),
                    help="on-chip buffer the tiles are sized to: shared memory per SM x SMs "
                         "(smem, default) or the L2, from the hardware spec")
-    g.add_argument("--buffer-bytes", type=_number, metavar="BYTES",
+    g.add_argument("--buffer-bytes", type=number(0.0, MAX_BUFFER_BYTES, above=True,
+                                                 unlimited=True, rule=BUFFER_RULE),
+                   metavar="BYTES",
                    help="buffer size in bytes instead of the spec's (inf = unlimited)")
-    g.add_argument("--depth", type=_integer, metavar="N",
+    g.add_argument("--depth", type=integer(1, MAX_DEPTH, f"an integer >= 1 and <= {MAX_DEPTH} "
+                                                      "(2 = double buffering)"),
+                   metavar="N",
                    help="buffer stages per op: 1 = no overlap inside an op, 2 = double "
                         "buffering (default 2)")
-    g.add_argument("--launch-overhead-s", type=_number, metavar="S",
+    g.add_argument("--launch-overhead-s", type=number(0.0, MAX_LAUNCH_S, rule=LAUNCH_RULE),
+                   metavar="S",
                    help="fixed cost of each kernel (default: the spec's "
                         "kernel_launch_overhead_s, else 3.2e-6, fitted to models measured on an "
                         "H100)")
@@ -328,7 +577,10 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
                    help="pipelined: a tile computes after its load and stores after its "
                         "compute (default); full: compute and memory overlap completely, the "
                         "roofline's assumption")
-    g.add_argument("--prefetch-depth", type=_integer, metavar="N",
+    g.add_argument("--prefetch-depth",
+                   type=integer(0, MAX_PREFETCH, f"an integer >= 0 and <= {MAX_PREFETCH:,} "
+                                                 "(0 = no prefetch)"),
+                   metavar="N",
                    help="with --fusion fused_prefetched, how many ops ahead weights may load "
                         "(default 1: the next op's; 0: none)")
 
@@ -344,10 +596,12 @@ def add_evaluator_options(p: argparse.ArgumentParser, workers: bool = True,
     fanout = (("--workers", "workers"),) * workers + (("--dask", "dask"),) * dask
     p.set_defaults(sim_fanout_options=fanout)
     if workers:
-        p.add_argument("--workers", type=positive_int, metavar="N",
+        p.add_argument("--workers", type=integer(1, MAX_THREADS), metavar="N",
                        help="local processes for --evaluator simulate (default 1)")
     if dask:
         p.add_argument("--dask", nargs="?", const=LOCAL, metavar="tcp://HOST:PORT",
+                       type=nonempty_text("a Dask scheduler address, tcp://HOST:PORT, or "
+                                          "nothing for a local cluster"),
                        help="with --evaluator simulate: run the simulations on a Dask "
                             "cluster; alone, a LocalCluster of --workers processes (at least 2)")
     add_sim_options(p)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -23,6 +24,7 @@ from ..roofline import (
 )
 from .evaluate import fallback_summary, with_energy_and_memory
 from .options import (
+    CALIBRATED_FIX,
     Default,
     Parser,
     add_design_options,
@@ -31,6 +33,9 @@ from .options import (
     design_from_args,
     evaluator_from_args,
     expected_ops,
+    nonempty_text,
+    number,
+    path_value,
     predictors_from_args,
 )
 from .progress import StatusLine
@@ -48,16 +53,17 @@ def add_parsers(commands) -> None:
                     "accuracy table against speedup), the per-layer roofline, the bound mix by "
                     "format and the feature share of DRAM traffic across the batch sizes.")
     add_design_options(rp, single=("--fusion",))
-    rp.add_argument("--accuracy-table", type=Path, metavar="CSV",
+    rp.add_argument("--accuracy-table", type=path_value, metavar="CSV",
                     help="accuracy table (default: the shipped one)")
-    rp.add_argument("--out", type=Path, required=True, metavar="DIR", help="report folder")
-    rp.add_argument("--calibrated", metavar="DEVICE",
+    rp.add_argument("--out", type=path_value, required=True, metavar="DIR", help="report folder")
+    rp.add_argument("--calibrated", type=nonempty_text(CALIBRATED_FIX), metavar="DEVICE",
                     help="draw the expectation beside the bound: expected points on the "
                          "per-layer roofline and an expected curve on the Sparsity Roofline, "
                          "from the kernel predictors of DEVICE (shipped: h100-sxm, "
                          "cpu-amd-epyc-2c; or a file written by dse calibrate --out), with "
                          "the measured kernels of its dataset")
     rp.add_argument("--measured", metavar="DATASET",
+                    type=nonempty_text("a shipped dataset or a file written by dse measure"),
                     help="with --calibrated: the measured kernels to draw (a shipped dataset "
                          "or a file written by dse measure; default: the dataset the "
                          "predictors were trained on)")
@@ -69,9 +75,9 @@ def add_parsers(commands) -> None:
                     "names or spec files, comma-separated or repeated) and print latency, "
                     "speedup, bound mix and feature share side by side.")
     add_design_options(cp)
-    cp.add_argument("--out", type=Path, metavar="FILE", help="results .csv/.parquet/.json")
-    cp.add_argument("--report", type=Path, metavar="DIR", help="also write a report folder")
-    cp.add_argument("--calibrated", metavar="DEVICE",
+    cp.add_argument("--out", type=path_value, metavar="FILE", help="results .csv/.parquet/.json")
+    cp.add_argument("--report", type=path_value, metavar="DIR", help="also write a report folder")
+    cp.add_argument("--calibrated", type=nonempty_text(CALIBRATED_FIX), metavar="DEVICE",
                     help="add the expectation beside the bound on every accelerator: "
                          "expected_latency_s, expected_speedup and fraction_of_sol from the "
                          "kernel predictors of DEVICE (shipped: h100-sxm, cpu-amd-epyc-2c; or "
@@ -92,12 +98,13 @@ def add_parsers(commands) -> None:
                "1e12..8e12:8 --out sweep.parquet")
     add_design_options(sw)
     sw.add_argument("--vary", action="append", required=True, metavar="NAME=VALUES",
+                    type=nonempty_text("a dimension NAME=V1,V2,... or NAME=LOW..HIGH:N"),
                     help="a dimension to sweep; repeatable")
-    sw.add_argument("--out", type=Path, required=True, metavar="FILE",
+    sw.add_argument("--out", type=path_value, required=True, metavar="FILE",
                     help="results .parquet/.csv/.json (written atomically)")
-    sw.add_argument("--report", type=Path, metavar="DIR", help="also write a report folder")
+    sw.add_argument("--report", type=path_value, metavar="DIR", help="also write a report folder")
     add_evaluator_options(sw, workers=True, dask=True)
-    sw.add_argument("--calibrated", metavar="DEVICE",
+    sw.add_argument("--calibrated", type=nonempty_text(CALIBRATED_FIX), metavar="DEVICE",
                     help="add the expectation beside the bound on every swept design: "
                          "expected_latency_s, expected_speedup, fraction_of_sol, "
                          "validated_rmspe, predictors and calibration from the kernel "
@@ -127,13 +134,15 @@ def add_parsers(commands) -> None:
         hardware=Default(("a100",), "a100"),
         formats=Default(DEFAULT_FORMATS, ", ".join(DEFAULT_FORMATS).replace("%", "%%")),
         batches=Default(DEFAULT_BATCHES, "1, 2, 4, ..., 256"))
-    fo.add_argument("--threshold", type=float, default=1.1,
+    fo.add_argument("--threshold", type=number(0.0, 1000.0, above=True), default=1.1,
                     help="speedup whose crossing is reported (default 1.1)")
     fo.add_argument("--tornado-format", default="2:4", metavar="F",
+                    type=nonempty_text("a sparse format, e.g. 2:4"),
                     help="the design the tornado perturbs, at batch 1 (default 2:4)")
     fo.add_argument("--tornado-model", metavar="NAME",
+                    type=nonempty_text("a model of the study, e.g. convnext_tiny"),
                     help="the model the tornado perturbs (default convnext_tiny)")
-    fo.add_argument("--out", type=Path, required=True, metavar="DIR", help="report folder")
+    fo.add_argument("--out", type=path_value, required=True, metavar="DIR", help="report folder")
     fo.set_defaults(run=_cmd_feature_overhead)
 
 
@@ -142,14 +151,16 @@ def add_parsers(commands) -> None:
 def _cmd_report(args: argparse.Namespace) -> int:
     import reports
 
-    check_outputs(folders=[("--out", args.out)])
+    check_outputs(folders=[("--out", args.out)],
+                  inputs=[("--accuracy-table", args.accuracy_table, "file")])
     if args.measured and not args.calibrated:
         raise CalibrationError("--measured draws measured kernels beside the expectation; "
                                "give --calibrated DEVICE too")
     d = design_from_args(args)
     predictors = predictors_from_args(args)
     dataset_name, dataset = _measured_dataset(args.measured, predictors)
-    first_hw, fusion = d.accelerator, d.fusions[0]
+    table = load_accuracy_table(args.accuracy_table or DEFAULT_TABLE)  # before any work
+    fusion = d.fusions[0]
     frames, expected = [], []
     for t in d.traces:
         frame = evaluate(t, d.hardware, d.formats, d.batches, fusion=fusion, scope=d.scope,
@@ -161,48 +172,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
         frames.append(frame)
     evaluated = pd.concat(frames, ignore_index=True)
     expected = pd.concat(expected, ignore_index=True) if expected else None
-    exp_first = None if expected is None else \
-        expected[expected["hardware"] == first_hw.name].reset_index(drop=True)
-    # Every requested batch is charted: a row (or column) per batch where it matters.
-    layers = pd.concat([evaluate_layers(t, first_hw, d.formats, d.batches, fusion=fusion,
-                                        scope=d.scope, numerics=d.numerics) for t in d.traces],
-                       ignore_index=True)
-    on_first = evaluated[evaluated["hardware"] == first_hw.name]
-    table = load_accuracy_table(args.accuracy_table or DEFAULT_TABLE)
-    with_accuracy = attach_accuracy(on_first.copy(), table)
-    roof = pd.concat([reports.sparsity_roofline_data(
-        with_accuracy[with_accuracy["batch"] == b],
-        None if exp_first is None else exp_first[exp_first["batch"] == b])
-        for b in d.batches], ignore_index=True)
-    measured = None if dataset is None else reports.measured_data(
-        dataset, layers, d.traces, name=dataset_name)
-    per_layer = reports.roofline_data(layers, first_hw, d.numerics, expected=exp_first,
-                                      measured=measured)
-    mix = pd.concat([reports.bound_mix_data(layers[layers["batch"] == b]) for b in d.batches],
-                    ignore_index=True)
-    shares = reports.feature_share_data(on_first)
-    where = f"on {first_hw.name}" + (f" (the first of {len(d.hardware)} accelerators)"
-                                     if len(d.hardware) > 1 else "")
-    batches = ", ".join(map(str, d.batches))
-    beside = roof_beside = ""
-    if predictors is not None:
-        roof_beside = f": bound and expected (predictors {predictors.name})"
-        beside = (f": bound, expected (predictors {predictors.name})"
-                  + (f" and measured (dataset {dataset_name})" if measured is not None else ""))
-    lacking = [t.model for t in d.traces if t.model not in set(roof["model"])]
-    sections = [
-        reports.Section("sparsity-roofline",
-                        f"Sparsity Roofline {where}, batch {batches}{roof_beside}",
-                        reports.sparsity_roofline_chart(roof), roof,
-                        note=f"Not drawn: {', '.join(lacking)} (no accuracy in the accuracy "
-                             "table; give one with --accuracy-table)" if lacking else ""),
-        reports.Section("roofline", f"Per-layer roofline {where}, batch {batches}{beside}",
-                        reports.roofline_chart(per_layer), per_layer),
-        reports.Section("bound-mix", f"Memory- and compute-bound share of time by format "
-                        f"{where}, batch {batches}", reports.bound_mix_chart(mix), mix),
-        reports.Section("feature-share", f"Feature share of DRAM traffic and speedup by batch "
-                        f"{where}", reports.feature_share_chart(shares), shares),
-    ]
+    # Every accelerator of --hw gets its four charts (names suffixed by the accelerator
+    # where there are several); every requested batch is charted on each.
+    sections, measured = [], None
+    for hw in d.hardware:
+        charts, drawn = _hardware_sections(hw, d, evaluated, expected, table, predictors,
+                                           dataset, dataset_name, several=len(d.hardware) > 1)
+        sections += charts
+        measured = drawn if measured is None else measured
     tables, intro = [("Designs", evaluated)], []
     if predictors is not None:
         intro = reports.calibration_text(predictors, expected, measured, dataset_name)
@@ -212,13 +189,70 @@ def _cmd_report(args: argparse.Namespace) -> int:
         tables += _calibration_tables(predictors, expected)
     index = reports.write_report(args.out, "dse report", sections, tables=tables,
                                  command=args.command_line, hardware=d.hardware, intro=intro)
-    print(f"wrote {index} ({len(sections)} charts)")
+    print(f"wrote {index} ({len(sections)} charts"
+          + (f", 4 for each of {len(d.hardware)} accelerators)" if len(d.hardware) > 1
+             else ")"))
     if predictors is not None:
         print(f"expected: kernel predictors {predictors.name}, an expectation, not a bound"
               + (f"; measured: {len(measured)} points of dataset {dataset_name}"
                  f" ({measured['match'].iloc[0]})" if measured is not None and len(measured)
                  else ""))
     return 0
+
+
+def _slug(name: str) -> str:
+    """An accelerator's name as a section name (``[a-z0-9][a-z0-9_-]*``)."""
+    slug = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")
+    return slug[:40] or "hw"
+
+
+def _hardware_sections(hw, d, evaluated, expected, table, predictors, dataset, dataset_name,
+                       several: bool):
+    """The report's four charts on one accelerator (Sparsity Roofline, per-layer roofline,
+    bound mix, feature share) and the measured points drawn on it."""
+    import reports
+
+    fusion, batches = d.fusions[0], ", ".join(map(str, d.batches))
+    exp_hw = None if expected is None else \
+        expected[expected["hardware"] == hw.name].reset_index(drop=True)
+    layers = pd.concat([evaluate_layers(t, hw, d.formats, d.batches, fusion=fusion,
+                                        scope=d.scope, numerics=d.numerics) for t in d.traces],
+                       ignore_index=True)
+    on_hw = evaluated[evaluated["hardware"] == hw.name]
+    with_accuracy = attach_accuracy(on_hw.copy(), table)
+    roof = pd.concat([reports.sparsity_roofline_data(
+        with_accuracy[with_accuracy["batch"] == b],
+        None if exp_hw is None else exp_hw[exp_hw["batch"] == b])
+        for b in d.batches], ignore_index=True)
+    measured = None if dataset is None else reports.measured_data(
+        dataset, layers, d.traces, name=dataset_name)
+    per_layer = reports.roofline_data(layers, hw, d.numerics, expected=exp_hw,
+                                      measured=measured)
+    mix = pd.concat([reports.bound_mix_data(layers[layers["batch"] == b]) for b in d.batches],
+                    ignore_index=True)
+    shares = reports.feature_share_data(on_hw)
+    where = f"on {hw.name}"
+    beside = roof_beside = ""
+    if predictors is not None:
+        roof_beside = f": bound and expected (predictors {predictors.name})"
+        beside = (f": bound, expected (predictors {predictors.name})"
+                  + (f" and measured (dataset {dataset_name})" if measured is not None else ""))
+    lacking = [t.model for t in d.traces if t.model not in set(roof["model"])]
+    suffix = f"-{_slug(hw.name)}" if several else ""
+    return [
+        reports.Section(f"sparsity-roofline{suffix}",
+                        f"Sparsity Roofline {where}, batch {batches}{roof_beside}",
+                        reports.sparsity_roofline_chart(roof), roof,
+                        note=f"Not drawn: {', '.join(lacking)} (no accuracy in the accuracy "
+                             "table; give one with --accuracy-table)" if lacking else ""),
+        reports.Section(f"roofline{suffix}",
+                        f"Per-layer roofline {where}, batch {batches}{beside}",
+                        reports.roofline_chart(per_layer), per_layer),
+        reports.Section(f"bound-mix{suffix}", f"Memory- and compute-bound share of time by "
+                        f"format {where}, batch {batches}", reports.bound_mix_chart(mix), mix),
+        reports.Section(f"feature-share{suffix}", f"Feature share of DRAM traffic and speedup "
+                        f"by batch {where}", reports.feature_share_chart(shares), shares),
+    ], measured
 
 
 def _calibration_tables(predictors, expected: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:

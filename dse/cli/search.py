@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,11 +12,17 @@ import pandas as pd
 from search.target import DEFAULT_MAX_ACC_DROP, OBJECTIVES
 
 from .options import (
+    CALIBRATED_FIX,
     Parser,
     add_evaluator_options,
     check_outputs,
-    positive_int,
+    identifier,
+    integer,
+    nonempty_text,
+    number,
+    path_value,
     refuse_unused_sim_options,
+    seed,
     sim_config_from_args,
 )
 from .progress import StatusLine
@@ -45,12 +50,14 @@ def add_parsers(commands) -> None:
                     "folder, or in PostgreSQL (--storage) to share it between processes and "
                     "machines; an interrupted search continues with --resume.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sp.add_argument("--space", type=Path, metavar="FILE.toml",
-                    help="search space (default: the built-in one, Bob's question)")
+    sp.add_argument("--space", type=path_value, metavar="FILE.toml",
+                    help="search space (default: the built-in one, search/spaces/default.toml)")
     sp.add_argument("--target", metavar="RxOVER",
+                    type=nonempty_text("a target such as 1.3x_over_2:4"),
                     help="e.g. 1.3x_over_2:4: at least 1.3 times 2:4's speedup at no more than "
                          "--max-acc-drop points below its accuracy")
-    sp.add_argument("--max-acc-drop", type=float, metavar="POINTS",
+    sp.add_argument("--max-acc-drop", type=number(0.0, 100.0, unit=" points"),
+                    metavar="POINTS",
                     help=f"accuracy (percentage points) a design may lose against the target's "
                          f"baseline (default {DEFAULT_MAX_ACC_DROP:g})")
     sp.add_argument("--objective", choices=OBJECTIVES,
@@ -58,6 +65,7 @@ def add_parsers(commands) -> None:
                          "the Pareto front of speedup against accuracy, the least energy per "
                          "inference (energy) or the least energy x delay (edp)")
     sp.add_argument("--minimize", metavar="FIELD",
+                    type=nonempty_text("a varied hardware field or an energy or memory column"),
                     help="rank by the least value of a varied hardware field instead, e.g. "
                          "dram_bandwidth_bytes_per_s: the cheapest hardware that meets the "
                          "target; or of an energy or memory column, e.g. avg_power_w, "
@@ -65,19 +73,20 @@ def add_parsers(commands) -> None:
     sp.add_argument("--engine", choices=("auto", "exhaustive", "optuna"),
                     help="auto (default): exhaustive for finite spaces of up to 5 million "
                          "design points, Optuna otherwise")
-    sp.add_argument("--trials", type=positive_int, metavar="N",
+    sp.add_argument("--trials", type=integer(1, 10_000_000), metavar="N",
                     help="Optuna trial budget, exact across workers (default 200); on --resume "
                          "a larger N extends the study")
-    sp.add_argument("--seed", type=int, help="Optuna sampler seed (default 0; worker i uses "
+    sp.add_argument("--seed", type=seed, help="Optuna sampler seed (default 0; worker i uses "
                                              "seed + i)")
+    # An empty URL is refused by search.storage.open_storage, which names where it may come from.
     sp.add_argument("--storage", metavar="URL",
                     help="study database: sqlite:///PATH or postgresql://USER:PASS@HOST/DB "
                          "(default: sqlite in the output folder)")
-    sp.add_argument("--study", metavar="NAME",
+    sp.add_argument("--study", metavar="NAME", type=identifier("a study name", 200),
                     help="study name (default: the space's name and the UTC time)")
-    sp.add_argument("--out", type=Path, metavar="DIR",
+    sp.add_argument("--out", type=path_value, metavar="DIR",
                     help="output folder (default dse-search/STUDY)")
-    sp.add_argument("--workers", type=positive_int, default=1, metavar="N",
+    sp.add_argument("--workers", type=integer(1, 256), default=1, metavar="N",
                     help="local worker processes (default 1: this process); more join from "
                          "other machines with `dse search worker`")
     sp.add_argument("--resume", action="store_true",
@@ -86,12 +95,12 @@ def add_parsers(commands) -> None:
     sp.add_argument("--results", dest="results_format", choices=("parquet", "csv"),
                     default="parquet",
                     help="file type of results and ranked tables (default parquet)")
-    sp.add_argument("--top", type=positive_int, default=10, metavar="K",
+    sp.add_argument("--top", type=integer(1, 1_000_000), default=10, metavar="K",
                     help="rows of each ranked table to print (default 10)")
-    sp.add_argument("--report", type=Path, metavar="DIR",
+    sp.add_argument("--report", type=path_value, metavar="DIR",
                     help="also write a report folder: the Pareto front and the target results")
     add_evaluator_options(sp, workers=False)
-    sp.add_argument("--calibrated", metavar="DEVICE",
+    sp.add_argument("--calibrated", type=nonempty_text(CALIBRATED_FIX), metavar="DEVICE",
                     help="rank by the expected speedup (kernels as they exist, one op at a time) "
                          "from the kernel predictors of DEVICE (shipped: h100-sxm, "
                          "cpu-amd-epyc-2c; or a file written by dse calibrate --out) instead of "
@@ -100,9 +109,9 @@ def add_parsers(commands) -> None:
                          "expected_latency_s, expected_speedup and fraction_of_sol to the "
                          "results. Hardware points other than DEVICE keep its fraction of the "
                          "speed of light. Both engines; not with --evaluator simulate")
-    sp.add_argument("--chunk-points", type=positive_int, metavar="N",
+    sp.add_argument("--chunk-points", type=integer(1, 100_000_000), metavar="N",
                     help=argparse.SUPPRESS)  # work-unit size, for tests and benchmarks
-    sp.add_argument("--lease-seconds", type=_positive_float, metavar="S",
+    sp.add_argument("--lease-seconds", type=_lease_seconds, metavar="S",
                     help=argparse.SUPPRESS)  # how long a gone worker holds work; for tests
     sp.set_defaults(run=_cmd_search, evaluates=True)
 
@@ -117,22 +126,27 @@ def add_parsers(commands) -> None:
                     "(keeps the password out of the process list).")
     wk.add_argument("--storage", metavar="URL", default=os.environ.get("DSE_SEARCH_STORAGE"),
                     help="the study's database URL (default $DSE_SEARCH_STORAGE)")
-    wk.add_argument("--study", required=True, metavar="NAME")
-    wk.add_argument("--worker-index", type=int, default=0, metavar="I",
+    wk.add_argument("--study", required=True, metavar="NAME", type=identifier("a study name", 200))
+    wk.add_argument("--worker-index", type=integer(0, 1_000_000), default=0, metavar="I",
                     help="this worker's number; Optuna seeds with seed + I (default 0)")
     wk.add_argument("--quiet", action="store_true", help="print nothing but errors")
-    wk.add_argument("--lease-seconds", type=_positive_float, metavar="S",
+    wk.add_argument("--lease-seconds", type=_lease_seconds, metavar="S",
                     help=argparse.SUPPRESS)  # as dse search's
     wk.set_defaults(run=_cmd_worker)
 
 
-def _positive_float(text: str) -> float:
+#: The longest a lease may be asked to last (a hidden option, for tests): a day.
+_MAX_LEASE_S = 86400.0
+
+
+def _lease_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of seconds")
+    if not 0 < value <= _MAX_LEASE_S:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of seconds, at "
+                                         f"most {_MAX_LEASE_S:g}")
     return value
 
 
@@ -160,7 +174,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from search.study import SearchRequest, run_search
 
     refuse_unused_sim_options(args)
-    check_outputs(folders=[("--report", args.report)])
+    check_outputs(folders=[("--report", args.report), ("--out", args.out)],
+                  inputs=[("--space", args.space, "file")])
     request = SearchRequest(
         space=args.space, target=args.target, max_acc_drop=args.max_acc_drop,
         objective=args.objective, minimize=args.minimize, engine=args.engine,
@@ -310,7 +325,8 @@ def _ranked_lines(group: pd.DataFrame, problem, top: int) -> list[str]:
     title = (f"on the Pareto front of {speed} and accuracy"
              + (" among those that meet the target" if target is not None else "")
              if problem.objective.kind == "pareto"
-             else "meet the target" if target is not None else "ranked")
+             else ("meets" if len(group) == 1 else "meet") + " the target"
+             if target is not None else "ranked")
     head = f"  {len(group):,} {title}" + (f"; top {top}:" if len(group) > top else ":")
     return [head] + ["  " + line for line in shown.to_string(index=False).splitlines()]
 

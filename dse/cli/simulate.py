@@ -17,12 +17,15 @@ from ..roofline import evaluate_layers
 from ..sim import SimulationError, simulate
 from .evaluate import fallback_summary
 from .options import (
+    CALIBRATED_FIX,
     Default,
     add_design_options,
     add_sim_options,
     check_outputs,
     design_from_args,
-    positive_int,
+    integer,
+    nonempty_text,
+    path_value,
     sim_config_from_args,
 )
 from .progress import StatusLine
@@ -46,15 +49,15 @@ def add_parsers(commands) -> None:
     add_design_options(sp, single=("--model", "--hw", "--format", "--batch", "--fusion"),
                        formats=Default(("dense",), "dense"))
     add_sim_options(sp)
-    sp.add_argument("--top", type=positive_int, default=10, metavar="N",
+    sp.add_argument("--top", type=integer(1, 1_000_000), default=10, metavar="N",
                     help="ops with the largest gap to print (default 10)")
-    sp.add_argument("--out", type=Path, metavar="FILE",
+    sp.add_argument("--out", type=path_value, metavar="FILE",
                     help="per-op results .csv/.parquet/.json (written atomically)")
-    sp.add_argument("--timeline", type=Path, metavar="FILE",
+    sp.add_argument("--timeline", type=path_value, metavar="FILE",
                     help="every busy interval .csv/.parquet/.json (written atomically)")
-    sp.add_argument("--report", type=Path, metavar="DIR",
+    sp.add_argument("--report", type=path_value, metavar="DIR",
                     help="a report folder: Gantt chart, utilization over time, gap by cause")
-    sp.add_argument("--calibrated", metavar="DEVICE",
+    sp.add_argument("--calibrated", type=nonempty_text(CALIBRATED_FIX), metavar="DEVICE",
                     help="run each op at the kernel time the predictors of DEVICE expect "
                          "(shipped: h100-sxm, cpu-amd-epyc-2c; or a file written by dse "
                          "calibrate --out) instead of at peak: its compute is stretched so that "

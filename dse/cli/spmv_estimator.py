@@ -22,7 +22,8 @@ from ..calibrate.spmv_cnn import (
     train_spmv_cnn,
 )
 from ..measure.rapl import POWERCAP, available
-from ..output import check_output_path, write_atomic
+from ..output import write_atomic
+from .options import check_outputs, integer
 from .progress import StatusLine
 
 __all__ = ["add_arguments", "run"]
@@ -43,9 +44,9 @@ def add_arguments(parser) -> None:
                              "the blockwise SpMV estimator, a 1D CNN over blocks of 250 "
                              "nonzeros, on datasets of dse bench spmv-blocks (shipped: "
                              f"{', '.join(_shipped_block_datasets()) or 'none'}); needs torch")
-    parser.add_argument("--epochs", type=int, default=EPOCHS, metavar="E",
+    parser.add_argument("--epochs", type=integer(1, 10_000), default=EPOCHS, metavar="E",
                         help=f"spmv-cnn training epochs (default {EPOCHS})")
-    parser.add_argument("--folds", type=int, default=5, metavar="F",
+    parser.add_argument("--folds", type=integer(2, 100), default=5, metavar="F",
                         help="spmv-cnn --validate folds, whole matrices left out (default 5)")
 
 
@@ -67,8 +68,7 @@ def run(args: argparse.Namespace) -> int:
         if value < (2 if name == "--folds" else 1):
             raise CalibrationError(f"{name} {value}: give at least "
                                    f"{2 if name == '--folds' else 1}")
-    if args.out is not None:
-        check_output_path(args.out, option="--out", suffixes=(".json",))
+    check_outputs(files=[("--out", args.out, (".json",))])
     if not args.validate and args.out is None:
         raise CalibrationError("--estimator spmv-cnn: give --validate, --out MODEL.json or both")
     names = args.data or shipped_block_datasets()
@@ -144,8 +144,8 @@ def _validate(args, name: str, matrices: pd.DataFrame, blocks: pd.DataFrame, inp
     print(pd.DataFrame(rows).to_string(index=False))
     abs_err = per_matrix["rel_err"].abs()
     print(f"per-matrix |error| here: {abs_err.min():.1%} to {abs_err.max():.1%}, median "
-          f"{abs_err.median():.1%}; the seed reports {SEED_RANGE[0]:.1%} to "
-          f"{SEED_RANGE[1]:.0%} per matrix")
+          f"{abs_err.median():.1%}; the design this estimator follows reported "
+          f"{SEED_RANGE[0]:.1%} to {SEED_RANGE[1]:.0%} per matrix")
     spread = matrices["spmv_spread"]
     drift = ""
     if "reference_s" in matrices:

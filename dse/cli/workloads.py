@@ -9,10 +9,11 @@ from pathlib import Path
 import pandas as pd
 
 import workloads
+from search.credentials import mask_credentials
 from workloads import load_trace, trace_names
 
-from ..output import check_output_path, write_atomic
-from .options import Parser, positive_int
+from ..output import write_atomic
+from .options import Parser, check_outputs, integer, nonempty_text, path_value
 
 __all__ = ["add_parsers"]
 
@@ -30,26 +31,29 @@ def add_parsers(commands) -> None:
         "show", help="one trace: provenance, shares of FLOPs and bytes by op kind",
         description="Show a trace: provenance, op count, parameters, MACs, the prunable share, "
                     "and FLOPs and DRAM bytes by op kind (batch 1, dense, unfused, fp16).")
-    wl_show.add_argument("name", metavar="NAME|PATH")
+    wl_show.add_argument("name", metavar="NAME|PATH", type=nonempty_text(
+        "a shipped trace name (dse workloads list) or a trace .json"))
     wl_show.set_defaults(run=_cmd_workloads_show)
     wl_export = wl_commands.add_parser(
         "export", help="trace a timm model (needs the torch/timm extra)",
         description="Build a timm model on the meta device (no weights, no download), run one "
                     "forward and write its per-sample op trace as JSON. Needs: pip install "
                     "'sparsity-dse[export]'.")
-    wl_export.add_argument("model", metavar="MODEL", help="timm model name, e.g. convnext_tiny")
-    wl_export.add_argument("--img-size", type=positive_int, metavar="N",
+    wl_export.add_argument("model", metavar="MODEL", help="timm model name, e.g. convnext_tiny",
+                           type=nonempty_text("a timm model name, e.g. convnext_tiny"))
+    wl_export.add_argument("--img-size", type=integer(1, 4096), metavar="N",
                            help="input height and width in pixels (default: the model's own)")
-    wl_export.add_argument("--out", type=Path, metavar="PATH",
+    wl_export.add_argument("--out", type=path_value, metavar="PATH",
                            help="trace file to write (default: MODEL.json here)")
-    wl_export.add_argument("--trace-batch", type=positive_int, default=2, metavar="B",
+    wl_export.add_argument("--trace-batch", type=integer(1, 1024), default=2, metavar="B",
                            help="batch to trace at; figures are stored per sample (default 2: "
                                 "at batch 1 PyTorch skips layout copies every larger batch "
                                 "makes)")
-    wl_export.add_argument("--num-classes", type=positive_int, metavar="N",
+    wl_export.add_argument("--num-classes", type=integer(1, 1_000_000), metavar="N",
                            help="classifier width (default: the model's own), e.g. to match "
                                 "a checkpoint from `dse accuracy`")
     wl_export.add_argument("--sparsity-from", metavar="CHECKPOINT",
+                           type=nonempty_text("a saved state dict (.pt)"),
                            help="a state dict whose zeros define each prunable layer's "
                                 "density, recorded in the trace (loaded weights-only)")
     wl_export.set_defaults(run=_cmd_workloads_export)
@@ -107,13 +111,15 @@ def _cmd_workloads_export(args: argparse.Namespace) -> int:
     from workloads.export import export_trace
 
     out = args.out or Path(f"{args.model}.json")
-    check_output_path(out, (".json",))
+    check_outputs(files=[("--out", out, (".json",))],
+                  inputs=[("--sparsity-from", args.sparsity_from, "file")])
     options = [("--img-size", args.img_size), ("--num-classes", args.num_classes),
                ("--out", args.out),
                ("--trace-batch", args.trace_batch if args.trace_batch != 2 else None),
                ("--sparsity-from", args.sparsity_from)]
-    command = " ".join(["dse workloads export", args.model]
-                       + [f"{flag} {value}" for flag, value in options if value is not None])
+    command = mask_credentials(" ".join(
+        ["dse workloads export", args.model]
+        + [f"{flag} {value}" for flag, value in options if value is not None]))
     trace = export_trace(args.model, img_size=args.img_size, batch=args.trace_batch,
                          sparsity_from=args.sparsity_from, num_classes=args.num_classes,
                          command=command)

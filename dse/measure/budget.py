@@ -7,9 +7,23 @@ import re
 import time
 from collections.abc import Callable
 
-__all__ = ["Budget", "parse_duration"]
+__all__ = ["Budget", "MAX_BUDGET_S", "duration_text", "parse_duration", "rounds_within"]
 
 _UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+#: The longest run a measuring command plans: a day. Longer work (a week of kernels) is
+#: better split into runs whose datasets concatenate (``dse calibrate --data A --data B``):
+#: a day-long run on a shared machine already spans its changes of load.
+MAX_BUDGET_S = 24 * 3600.0
+
+
+def duration_text(seconds: float) -> str:
+    """``90`` -> ``'90 s'``, ``600`` -> ``'10 min'``, ``1e6`` -> ``'277.8 h'``."""
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds / 3600:,.1f} h"
 
 
 def parse_duration(text: str | float | int, option: str = "--budget",
@@ -57,3 +71,16 @@ class Budget:
     def affords(self, estimate_s: float) -> bool:
         """Whether one more step of ``estimate_s`` seconds ends within the budget."""
         return self.remaining() >= estimate_s
+
+
+def rounds_within(budget: Budget, round_s: float, rounds: int) -> int:
+    """How many of the ``rounds - 1`` later rounds of a run fit in what ``budget`` has left,
+    each estimated at ``round_s`` seconds (the first round's time), to the nearest round: the
+    run ends within about half a round of the budget instead of running every round whatever
+    it costs (a first round that ran a little past its share still leaves room for the
+    others)."""
+    if rounds <= 1:
+        return 0
+    if round_s <= 0:
+        return rounds - 1
+    return max(0, min(rounds - 1, math.floor(budget.remaining() / round_s + 0.5)))

@@ -22,9 +22,11 @@ times), so one round's median is right or ~1.6x slow by the luck of when it ran,
 of the same kernel differed by more than 10% in 30-60% of pairs; the minimum over rounds of the
 round medians is the machine's own speed with high probability (min of 2 rounds: 4% of GEMM
 pairs over 10%). Calibration takes that minimum (:func:`dse.calibrate.features.training_rows`).
-The sampler stops when the first round has spent ``budget_s / rounds``; the later rounds always
-run to the end, so the run takes about the budget (more when the trace's own shapes alone take
-more than their share).
+The sampler stops when the first round has spent ``budget_s / rounds``; a later round runs only
+while the budget has room for it, each estimated at the first round's time
+(:func:`dse.measure.budget.rounds_within`), so the run takes about the budget even when the
+trace's own shapes alone take more than their share (they are always timed once); the
+provenance keeps the rounds asked and run.
 
 Warm timings (``warm``): each trace shape and vector op is also timed without the flush, its
 inputs and weights left in the caches by the previous call. Inside a model an op reads the
@@ -62,7 +64,7 @@ import pandas as pd
 from ..output import check_output_path, write_atomic, write_table
 from ..roofline import Numerics, evaluate, evaluate_layers
 from . import host
-from .budget import Budget, parse_duration
+from .budget import Budget, parse_duration, rounds_within
 from .dataset import SCHEMA, validate
 from .errors import MeasureError
 from .sol import sol_columns, sol_from_layers
@@ -201,7 +203,12 @@ class MeasureResult:
 
     def _rounds_text(self) -> str:
         rounds = int(self.provenance.get("rounds", 1))
-        return f", each timed in {rounds} rounds" if rounds > 1 else ""
+        asked = int(self.provenance.get("rounds_asked", rounds))
+        text = f", each timed in {rounds} rounds" if rounds > 1 else ""
+        if asked > rounds:  # --budget honoured: later rounds that would overrun it not run
+            text += (f" ({rounds} of the {asked} asked: the budget had no room for the "
+                     "others)")
+        return text
 
     def summary_text(self) -> str:
         """The summary ``dse measure`` prints."""
@@ -565,6 +572,9 @@ def measure(
         sampled = (_sample(run, fmts, first_round, per_config, seed, jobs, progress,
                            trace_configs, rounds) if time_kernels else 0)
         jobs = [job for job in jobs if job is not None]
+        # Later rounds only while the budget has room for one more, each estimated at the
+        # first round's time: --budget bounds the run, whatever the trace's shapes cost.
+        asked, rounds = rounds, 1 + rounds_within(budget, clock() - trace_started, rounds)
         done = trace_configs + sampled
         total = done + (rounds - 1) * len(jobs)
         for later in range(1, rounds):
@@ -586,7 +596,7 @@ def measure(
                 numerics.index_width_bytes},
             "formats": [f.name for f in fmts], "batches": batch_list, "trace": trace.model,
             "threads": threads, "kernels": time_kernels, "whole_models": bool(whole_models),
-            "rounds": rounds, "caches": list(caches)}
+            "rounds": rounds, "rounds_asked": asked, "caches": list(caches)}
     return MeasureResult(frame, budget.total_s, spent, trace_configs, sampled, prov)
 
 
