@@ -525,8 +525,9 @@ def _remove_empty(folder: Path) -> None:
 def _describe_size(problem: Problem) -> str:
     s = problem.settings
     if s.engine == "exhaustive":
+        chunks = exhaustive.chunk_count(problem)
         return (f"{exhaustive.size(problem):,} design points in "
-                f"{exhaustive.chunk_count(problem)} chunks")
+                f"{chunks} chunk{'' if chunks == 1 else 's'}")
     return f"a budget of {s.trials} trials (seed {s.seed})"
 
 
