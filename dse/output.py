@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -15,8 +17,8 @@ from typing import BinaryIO
 import numpy as np
 import pandas as pd
 
-__all__ = ["OutputError", "SUFFIXES", "check_output_path", "check_report_dir", "format_seconds",
-           "write_atomic", "write_table"]
+__all__ = ["FileSet", "OutputError", "SUFFIXES", "check_output_path", "check_report_dir",
+           "format_seconds", "write_atomic", "write_table"]
 
 SUFFIXES = (".csv", ".parquet", ".json")
 
@@ -90,8 +92,65 @@ def write_table(table: pd.DataFrame, path: Path) -> None:
     write_atomic(path, write)
 
 
+class FileSet:
+    """Several files written as one set. Inside ``with FileSet() as files:``, every
+    :func:`write_atomic` (and so :func:`write_table`), from any thread, leaves its complete file
+    under its temporary name. When the block ends normally, all of them are renamed into place
+    at once, with Ctrl-C held off, so an interrupt leaves the whole set or none of it; when the
+    block raises (an error, Ctrl-C), every temporary file is removed and no target is touched.
+    ``committed`` lists the files renamed into place. One set at a time per process."""
+
+    _active: FileSet | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.staged: list[tuple[Path, Path]] = []
+        self.committed: list[Path] = []
+
+    def __enter__(self) -> FileSet:
+        with FileSet._lock:
+            if FileSet._active is not None:
+                raise RuntimeError("a FileSet is already open")
+            FileSet._active = self
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        with FileSet._lock:
+            FileSet._active = None
+        if kind is None:
+            self._commit()
+        else:
+            self._discard()
+
+    def _stage(self, tmp: Path, path: Path) -> None:
+        with FileSet._lock:
+            self.staged.append((tmp, path))
+
+    def _commit(self) -> None:
+        main = threading.current_thread() is threading.main_thread()
+        held = hasattr(signal, "pthread_sigmask") and main
+        if held:  # a Ctrl-C now waits until every file of the set is in place
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for tmp, path in self.staged:
+                os.replace(tmp, path)
+                self.committed.append(path)
+        except OSError as exc:
+            self._discard()
+            raise OutputError(f"{path}: cannot write ({exc.strerror or exc}); written: "
+                              f"{', '.join(map(str, self.committed)) or 'none'}") from None
+        finally:
+            if held:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+    def _discard(self) -> None:
+        for tmp, _ in self.staged:
+            tmp.unlink(missing_ok=True)
+
+
 def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Call ``write`` on a temporary file beside ``path``, then rename it into place."""
+    """Call ``write`` on a temporary file beside ``path``, then rename it into place (inside an
+    open :class:`FileSet`, the set renames it, with the others)."""
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
                                         dir=path.parent)
@@ -105,7 +164,11 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        files = FileSet._active
+        if files is not None:
+            files._stage(tmp, path)
+        else:
+            os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None

@@ -32,7 +32,7 @@ import pandas as pd
 
 from dse.calibrate.predictor import load_predictors, shipped_predictors
 from dse.explore import EVALUATORS
-from dse.output import OutputError, write_atomic, write_table
+from dse.output import FileSet, OutputError, write_atomic, write_table
 from dse.sim import SimConfig
 
 from . import exhaustive
@@ -482,9 +482,21 @@ def _run_search(request: SearchRequest, notify: Notify, progress: Progress) -> S
         raise SearchInterrupted(f"search interrupted; completed work is kept in the study: "
                                 f"continue with {again}") from None
     tally(done=_state(problem, storage, study)[0])
-    outcome = collect(problem, storage, study, out, request)
-    outcome.seconds = time.perf_counter() - started
-    _write_summary(outcome, request)
+    # The result files are one set: all of them or none (an old run's stay as they were).
+    files = FileSet()
+    try:
+        with files:
+            outcome = collect(problem, storage, study, out, request)
+            outcome.seconds = time.perf_counter() - started
+            _write_summary(outcome, request)
+    except KeyboardInterrupt:
+        if files.committed:
+            raise SearchInterrupted(f"search interrupted after its results were written: "
+                                    f"{', '.join(map(str, files.committed))} are complete"
+                                    ) from None
+        raise SearchInterrupted(f"search interrupted while writing its results: none of them "
+                                f"was written; the study is complete, and {again} writes "
+                                "them") from None
     _remove_leftovers(out, since)
     return outcome
 
