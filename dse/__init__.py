@@ -46,9 +46,9 @@ from .roofline import (  # noqa: E402 - after the numba cache folder is set
     EvaluationError,
     Numerics,
     NumericsError,
-    evaluate,
     evaluate_layers,
 )
+from .api import evaluate  # noqa: E402 - the bound, and the expectation beside it
 
 __all__ = [
     "DTYPE_BYTES",

@@ -149,3 +149,22 @@ def test_cache_read_bandwidth_is_measured_per_level():
     assert set(figures) == {"l1_read", "l2_read", "l3_read"}
     for fig in figures.values():
         assert fig.unit == "B/s" and fig.repeats == 3 and fig.value >= fig.median > 1e8
+
+
+def test_a_probed_cpu_spec_evaluates_as_printed(tmp_path, capsys):
+    """What `dse hw probe` tells the user to run next works: a CPU spec without an fp16 rate is
+    evaluated in a dtype it has, and the output says which."""
+    from tests.cli_run import run_cli
+
+    path = tmp_path / "h.toml"
+    path.write_text(probe_spec_toml(_result()))
+    assert run_cli(["evaluate", "--hw", str(path), "--model", "toy_hybrid"]) == 0
+    out = capsys.readouterr().out
+    assert "assumed --dtype bf16 --vector-dtype fp32" in out
+    # A dtype the user gives is taken as given (and refused in one line if the spec lacks it).
+    assert run_cli(["evaluate", "--hw", str(path), "--model", "toy_hybrid", "--dtype",
+                    "tf32", "--vector-dtype", "fp32"]) == 0
+    assert "assumed" not in capsys.readouterr().out
+    assert run_cli(["evaluate", "--hw", str(path), "--model", "toy_hybrid", "--dtype",
+                    "fp16"]) == 2
+    assert "tensor_flops_per_s.fp16" in capsys.readouterr().err

@@ -24,6 +24,7 @@ from .options import (
     CALIBRATED_FIX,
     Default,
     add_design_options,
+    assumed_dtypes,
     check_outputs,
     design_from_args,
     expected_ops,
@@ -61,6 +62,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)])
     d = design_from_args(args)
     predictors = predictors_from_args(args)
+    assumed = assumed_dtypes(args, d.numerics)
+    if assumed:
+        print(assumed)
     frames = []
     for trace in d.traces:
         expected = None if predictors is None else expected_ops(trace, d, predictors)

@@ -67,6 +67,7 @@ __all__ = [
     "identifier",
     "number",
     "numerics_from_args",
+    "assumed_dtypes",
     "path_value",
     "positive_int",
     "predictors_from_args",
@@ -373,10 +374,13 @@ def add_set_option(p) -> None:
 
 def add_numerics_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("numerics")
-    g.add_argument("--dtype", default="fp16", type=nonempty_text("a dtype, e.g. fp16"),
-                   help="tensor-core dtype; values and features are stored in it (default fp16)")
-    g.add_argument("--vector-dtype", default="fp16", type=nonempty_text("a dtype, e.g. fp16"),
-                   help="dtype of elementwise ops on the vector cores (default fp16)")
+    g.add_argument("--dtype", default=None, type=nonempty_text("a dtype, e.g. fp16"),
+                   help="tensor-core dtype; values and features are stored in it (default "
+                        "fp16, or where a spec has no fp16 rate, such as a probed CPU, the "
+                        "first of bf16 and tf32 it has, said in the output)")
+    g.add_argument("--vector-dtype", default=None, type=nonempty_text("a dtype, e.g. fp16"),
+                   help="dtype of elementwise ops on the vector cores (default fp16, or fp32 "
+                        "where a spec has no fp16 vector rate)")
     g.add_argument("--csr-dtype", default="fp32", type=nonempty_text("a dtype, e.g. fp32"),
                    help="dtype of CSR kernels on the vector cores (default fp32: sparse "
                         "libraries accumulate in FP32)")
@@ -384,9 +388,33 @@ def add_numerics_options(p: argparse.ArgumentParser) -> None:
                    help="CSR/BSR index width in bytes (default 4)")
 
 
-def numerics_from_args(args: argparse.Namespace) -> Numerics:
-    return Numerics(dtype=args.dtype, vector_dtype=args.vector_dtype, csr_dtype=args.csr_dtype,
+def numerics_from_args(args: argparse.Namespace, hardware=()) -> Numerics:
+    """The run's numerics; a dtype not given is fp16 where every accelerator of ``hardware``
+    has an fp16 rate, else the first dtype they all have (a CPU spec from ``dse hw probe``
+    has no fp16 rate): see :func:`assumed_dtypes` for what was assumed."""
+    dtype, vector = args.dtype, args.vector_dtype
+    if dtype is None:
+        dtype = next((d for d in ("fp16", "bf16", "tf32")
+                      if all(d in h.tensor_flops_per_s for h in hardware)), "fp16")
+    if vector is None:
+        vector = next((d for d in ("fp16", "fp32")
+                       if all(d in h.vector_flops_per_s for h in hardware)), "fp16")
+    return Numerics(dtype=dtype, vector_dtype=vector, csr_dtype=args.csr_dtype,
                     index_width_bytes=args.index_bytes)
+
+
+def assumed_dtypes(args: argparse.Namespace, numerics: Numerics) -> str:
+    """One line saying which dtypes were chosen for the user because the hardware has no fp16
+    rate (empty when fp16 applied or the user chose)."""
+    parts = []
+    if getattr(args, "dtype", "") is None and numerics.dtype != "fp16":
+        parts.append(f"--dtype {numerics.dtype}")
+    if getattr(args, "vector_dtype", "") is None and numerics.vector_dtype != "fp16":
+        parts.append(f"--vector-dtype {numerics.vector_dtype}")
+    if not parts:
+        return ""
+    return (f"note: the hardware has no fp16 rate, so this run assumed {' '.join(parts)} "
+            "(give --dtype to choose)")
 
 
 @dataclass(frozen=True)
@@ -434,16 +462,17 @@ def design_from_args(args: argparse.Namespace) -> Design:
     traces = [load_model(m, getattr(args, "phase", None), getattr(args, "context", None))
               for m in _unique(last["--model"])]
     language = any(t.provenance.get("phase") for t in traces)
+    hardware = [accelerator_models.load(h, args.overrides) for h in names]
     design = Design(
         traces=traces,
-        hardware=[accelerator_models.load(h, args.overrides) for h in names],
+        hardware=hardware,
         hardware_names=names,
         overrides=list(args.overrides),
         formats=_unique(last["--format"]),
         batches=_unique(last["--batch"]),
         fusions=_unique(last["--fusion"] or ["unfused"]),
         scope=getattr(args, "scope", None) or ("all" if language else "gemm"),
-        numerics=numerics_from_args(args) if hasattr(args, "dtype") else Numerics(),
+        numerics=numerics_from_args(args, hardware) if hasattr(args, "dtype") else Numerics(),
     )
     for fmt in design.formats:
         parse_format(fmt)  # a bad format fails before any work

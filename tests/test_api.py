@@ -1,0 +1,59 @@
+"""The Python API on a par with the command line: ``dse.evaluate(..., calibrated=DEVICE)``
+gives the bound and the expectation that ``dse evaluate --calibrated DEVICE`` writes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dse
+from dse.calibrate.predictor import load_predictors
+from tests.cli_run import run_cli
+
+COLUMNS = ("latency_s", "speedup", "expected_latency_s", "expected_speedup", "fraction_of_sol",
+           "validated_rmspe")
+
+
+@pytest.mark.parametrize("device, hardware, numerics, flags", [
+    ("h100-sxm", ["h100-sxm", "a100"], dse.Numerics(), []),
+    ("cpu-amd-epyc-2c", ["epyc-zen5-2c"],
+     dse.Numerics(dtype="tf32", vector_dtype="fp32", csr_dtype="fp32"),
+     ["--dtype", "tf32", "--vector-dtype", "fp32", "--csr-dtype", "fp32"]),
+])
+def test_calibrated_evaluate_equals_the_command_line(tmp_path, capsys, device, hardware,
+                                                     numerics, flags):
+    out = tmp_path / "cli.parquet"
+    assert run_cli(["evaluate", "--model", "convnext_tiny", "--hw", ",".join(hardware),
+                    "--format", "2:4", "--format", "block16@87.5%", "--batch", "1",
+                    "--batch", "8", *flags, "--calibrated", device, "--out", str(out)]) == 0
+    capsys.readouterr()
+    cli = pd.read_parquet(out)
+    got = dse.evaluate("convnext_tiny", hardware, ["2:4", "block16@87.5%"], [1, 8],
+                       numerics=numerics, calibrated=device)
+    key = ["hardware", "format", "batch"]
+    both = got.astype({"hardware": str, "format": str}).merge(
+        cli.astype({"hardware": str, "format": str}), on=key, suffixes=("", "_cli"))
+    assert len(both) == len(got) == len(cli) == len(hardware) * 3 * 2
+    for column in COLUMNS:
+        np.testing.assert_allclose(both[column], both[f"{column}_cli"], rtol=1e-12,
+                                   equal_nan=True, err_msg=column)
+    assert (both["predictor"] == both["predictor_cli"]).all()
+    assert (got["expected_latency_s"] > got["latency_s"]).all()  # an expectation, not a bound
+    # Loaded predictors give the same numbers as their name.
+    again = dse.evaluate("convnext_tiny", hardware, ["2:4", "block16@87.5%"], [1, 8],
+                         numerics=numerics, calibrated=load_predictors(device))
+    pd.testing.assert_frame_equal(again, got)
+
+
+def test_without_predictors_evaluate_is_the_bound_alone():
+    plain = dse.evaluate("toy_hybrid", "a100", ["2:4"], [1])
+    assert "expected_latency_s" not in plain
+    pd.testing.assert_frame_equal(plain, dse.roofline.evaluate("toy_hybrid", "a100", ["2:4"],
+                                                               [1]))
+
+
+def test_calibrated_evaluate_takes_one_scope():
+    with pytest.raises(dse.EvaluationError, match="one scope"):
+        dse.evaluate("toy_hybrid", "a100", ["2:4"], [1], scope=["gemm", "all"],
+                     calibrated="h100-sxm")
