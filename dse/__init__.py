@@ -39,6 +39,7 @@ def _numba_cache_dir() -> None:
 
 _numba_cache_dir()
 
+from .api import evaluate  # noqa: E402 - the bound, and the expectation beside it
 from .roofline import (  # noqa: E402 - after the numba cache folder is set
     DTYPE_BYTES,
     FUSIONS,
@@ -48,7 +49,6 @@ from .roofline import (  # noqa: E402 - after the numba cache folder is set
     NumericsError,
     evaluate_layers,
 )
-from .api import evaluate  # noqa: E402 - the bound, and the expectation beside it
 
 __all__ = [
     "DTYPE_BYTES",
