@@ -32,7 +32,8 @@ from .features import FEATURES, IMPL, feature_matrix
 
 __all__ = ["CalibrationError", "DevicePredictors", "FamilyPredictor", "Trees",
            "check_predictor_document", "fit_family", "fit_physical", "load_predictors",
-           "reference_hardware", "save_predictors", "shipped_predictors", "MODELS_DIR"]
+           "probed_spec", "reference_hardware", "save_predictors", "shipped_predictors",
+           "MODELS_DIR"]
 
 MODELS_DIR = Path(__file__).parent / "models"
 FORMAT_VERSION = "dse-kernel-predictors/1"
@@ -275,26 +276,37 @@ def shipped_predictors() -> list[str]:
     return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
 
 
-def reference_hardware(predictors: DevicePredictors, sources: list[str]):
-    """The spec the predictors' fractions refer to: a catalog name, or a probed spec (a CPU's
-    ``host``) from the ``probe_spec_toml`` a dataset's provenance keeps."""
+def probed_spec(source: str):
+    """The probed spec (a machine's measured ceilings, a CPU's ``host``) that a dataset's
+    provenance keeps as ``probe_spec_toml``, loaded; None where it keeps none."""
     import tempfile
 
     import accelerator_models
 
     from ..measure.dataset import provenance
 
+    text = provenance(source).get("probe_spec_toml")
+    if not text:
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "probe.toml"
+        path.write_text(text, encoding="utf-8")
+        return accelerator_models.load(str(path))
+
+
+def reference_hardware(predictors: DevicePredictors, sources: list[str]):
+    """The spec the predictors' fractions refer to: a catalog name, or a probed spec (a CPU's
+    ``host``) from the ``probe_spec_toml`` a dataset's provenance keeps."""
+    import accelerator_models
+
     try:
         return accelerator_models.load(predictors.reference_hw)
     except Exception:  # not a catalog name: look for the probed spec in the provenance
         pass
     for source in sources:
-        text = provenance(source).get("probe_spec_toml")
-        if text:
-            with tempfile.TemporaryDirectory() as folder:
-                path = Path(folder) / f"{predictors.reference_hw}.toml"
-                path.write_text(text, encoding="utf-8")
-                return accelerator_models.load(str(path))
+        spec = probed_spec(source)
+        if spec is not None:
+            return spec
     raise CalibrationError(f"{predictors.name}: the predictors refer to the spec "
                            f"{predictors.reference_hw!r}, which is no catalog name, and no "
                            "dataset keeps its probe (probe_spec_toml in the dataset's .json)")

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .features import TILE, feature_matrix, training_rows, usable_rows
-from .predictor import CalibrationError, DevicePredictors, fit_family
+from .predictor import CalibrationError, DevicePredictors, fit_family, probed_spec
 
 __all__ = ["DeviceRows", "best_of", "calibrate", "choose_methods", "cross_validate",
            "held_out_models", "model_shapes", "with_in_sample",
@@ -78,25 +78,6 @@ def _rebase(dataset: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return _on_spec(dataset, hw), base
 
 
-def _probed_spec(source: str):
-    """The probed spec (measured ceilings) a dataset's provenance keeps, or None."""
-    import tempfile
-    from pathlib import Path
-
-    import accelerator_models
-
-    from ..measure.dataset import provenance
-
-    meta = provenance(source)
-    text, name = meta.get("probe_spec_toml"), meta.get("probe_name", "host")
-    if not text:
-        return None
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / f"{name}.toml"
-        path.write_text(text, encoding="utf-8")
-        return accelerator_models.load(str(path))
-
-
 def _on_spec(dataset: pd.DataFrame, hw) -> pd.DataFrame:
     """The timed kernel rows with ``sol_s`` the cold roofline on ``hw``."""
     from ..measure.sol import cold_reference
@@ -116,13 +97,14 @@ def device_rows(dataset: pd.DataFrame, name: str, source: str = "") -> DeviceRow
     if len(devices) != 1:
         raise CalibrationError(f"{name}: a dataset for calibration holds one device, this one "
                                f"holds {', '.join(map(str, devices))}; split it by device")
-    rebased, reference = _rebase(dataset)
-    ceiling = _probed_spec(source or name)
+    ceiling = probed_spec(source or name)
     if ceiling is not None:
         # Ceilings feed the expectation: where the dataset keeps the probe of the machine it
         # was measured on, the predictors learn the fraction of the cold roofline on those
         # measured ceilings (a CPU's `host`), while the dataset's own sol_s stays the bound.
         rebased, reference = _on_spec(dataset, ceiling), ceiling.name
+    else:
+        rebased, reference = _rebase(dataset)
     fingerprint = json.loads(dataset["fingerprint"].iloc[0] or "{}")
     device = str(devices[0])
     units = int(fingerprint.get("sm_count") or fingerprint.get("cores") or 1)

@@ -100,10 +100,10 @@ def bound_columns(frame: pd.DataFrame, hw, value_dtype: str = "tf32",
         rows = out[vector]
         compute = rows["flops"].to_numpy(dtype=float) / hw.vector_rate(vector_dtype)
         nbytes = rows["bytes"].to_numpy(dtype=float)
-        caches = _conditions(rows)
-        memory = np.where(caches == "warm",
-                          memory_time(nbytes, hw, "warm") if (caches == "warm").any() else 0.0,
-                          memory_time(nbytes, hw, "cold"))
+        warm = (_conditions(rows) == "warm").to_numpy()
+        memory = memory_time(nbytes, hw, "cold")
+        if warm.any():  # only asked of a spec with cache levels when a row was timed warm
+            memory[warm] = memory_time(nbytes[warm], hw, "warm")
         out.loc[vector, "sol_s"] = np.maximum(compute, memory)
         out.loc[vector, "sol_bound"] = np.where(memory > compute, "memory", "compute")
         out.loc[vector, "hw"] = hw.name

@@ -29,7 +29,7 @@ from workloads import MAX_BATCH, Trace, load_trace
 
 from . import fusion_rules
 from . import kernels as K
-from .caches import CACHE_CONDITIONS, memory_pieces
+from .caches import CACHE_CONDITIONS, memory_pieces, memory_time
 from .numerics import Numerics
 from .pricing import (
     KERNEL_CSR,
@@ -38,7 +38,6 @@ from .pricing import (
     KernelArrays,
     Pricing,
     feature_bytes_rules,
-    format_features,
     kernel_arrays,
     kernel_features,
     price,
@@ -47,7 +46,7 @@ from .pricing import (
 )
 
 __all__ = ["DEFAULT_NUMERICS", "FUSIONS", "SCOPES", "EvaluationError", "Problem",
-           "all_rows_read", "evaluate", "evaluate_layers", "feature_bytes", "fusion_latency",
+           "all_rows_read", "evaluate", "evaluate_layers", "fusion_latency",
            "fusion_models", "label_column", "Peaks", "peaks", "pick_fallback", "prepare"]
 
 FUSIONS = ("unfused", "fused", "fused_prefetched")
@@ -71,12 +70,6 @@ def all_rows_read(pricing: Pricing, trace: Trace, fusion: str) -> tuple[np.ndarr
     if table is None:
         return read_all(pricing, "unfused" if fusion == "unfused" else "fused")
     return feature_bytes_rules(trace, table, pricing.numerics)
-
-
-def feature_bytes(pricing: Pricing, trace: Trace, fusion: str) -> np.ndarray:
-    """``(F, P)``: per format and op (whole trace), the feature bytes per sample through DRAM
-    under ``fusion`` when the format's own kernel runs (reading only the input rows it needs)."""
-    return format_features(pricing, all_rows_read(pricing, trace, fusion))
 
 
 @dataclass(frozen=True)
@@ -368,7 +361,8 @@ def evaluate_layers(
     (scope,) = _choices(scope, SCOPES, "scope")
     (cache,) = _choices(cache, CACHE_CONDITIONS, "cache condition")
     problem = prepare(trace, hardware, formats, batches, numerics)
-    pieces = [memory_pieces(acc, cache) for acc in problem.accelerators]  # checked before work
+    for acc in problem.accelerators:  # a warm bound needs cache levels: refused before work
+        memory_pieces(acc, cache)
     a = problem.arrays(scope)
     ops = a.ops
     h, f, b = problem.design_index()
@@ -376,13 +370,12 @@ def evaluate_layers(
     falls_back = ~problem.native_ok[h, f]
     kernels = np.where(falls_back, np.where(alt == 1, KERNEL_CSR, KERNEL_DENSE),
                        KERNEL_OWN).astype(np.int64)
+    fused_features = problem._fused_features(a, fusion)
     compute, mem, mem_fused, fl, wb = K.per_op(
         problem.hw, kernels, problem.batches, a.tensor_flops, a.sparse_flops, a.csr_flops,
-        a.weight_bytes, a.feature_bytes_unfused, problem._fused_features(a, fusion),
-        a.vector_flops)
+        a.weight_bytes, a.feature_bytes_unfused, fused_features, a.vector_flops)
     memory = (mem if fusion == "unfused" else mem_fused).ravel()
-    features = (a.feature_bytes_unfused if fusion == "unfused"
-                else problem._fused_features(a, fusion))
+    features = a.feature_bytes_unfused if fusion == "unfused" else fused_features
     compute = compute.ravel()
     n_designs, n_ops = len(h), len(ops)
     d = np.repeat(np.arange(n_designs), n_ops)
@@ -399,11 +392,10 @@ def evaluate_layers(
     unit_names = np.where(a.sparse_flops[k, f, j] > 0, "sparse_tensor",
                           np.where(a.tensor_flops[k, f, j] > 0, "tensor", "vector"))
     dram_bytes = wb.ravel() + features[k, f, j] * problem.batches[b]
-    if cache == "warm":
-        for i, (capacity, rates) in enumerate(pieces):
+    if cache == "warm":  # the kernels priced the DRAM bound; each hardware's caches instead
+        for i, acc in enumerate(problem.accelerators):
             rows = h == i
-            memory[rows] = (np.maximum(dram_bytes[rows, None] - capacity, 0.0)
-                            * rates).max(axis=1)
+            memory[rows] = memory_time(dram_bytes[rows], acc, "warm")
     return pd.DataFrame({
         "model": problem.trace.model,
         "hardware": np.array([a.name for a in problem.accelerators], dtype=object)[h],
