@@ -29,8 +29,10 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from dse.measure.measure import blank_row, timing_row
+
 from .collect_items import Item
-from .collect_rows import Bench, blank_row, error_text, timing_fields
+from .collect_rows import Bench, error_text
 
 __all__ = ["PROFILE_SCHEMA", "ModelRun", "built", "items", "model_input", "profile_rows", "run"]
 
@@ -370,7 +372,7 @@ def run(item: Item, bench: Bench) -> dict[str, list[dict]]:
             else:
                 graph, call, what = None, forward, kernel
             timing = bench.clock.time_latency(call, method, bench.threads)
-            row.update(timing_fields(timing))
+            row.update(timing_row(timing))
             row.update({"kernel": what, "steady_s": bench.clock.steady_s(call)})
             if math.isfinite(row["sol_s"]):
                 row["sol_fraction"] = row["sol_s"] / timing.median_s

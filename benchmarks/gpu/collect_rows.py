@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dse.measure.dataset import SCHEMA
-from dse.measure.timing import Timing
+from dse.measure.measure import blank_row, timing_row
 from dse.roofline import Numerics
 
 from .collect_timing import DeviceClock, Identity
 
-__all__ = ["Bench", "blank_row", "error_row", "error_text", "numerics_for", "price_rows",
-           "timed_rows", "timing_fields", "vector_traffic"]
+__all__ = ["Bench", "error_row", "error_text", "numerics_for", "price_rows",
+           "timed_rows", "vector_traffic"]
 
 #: The dtypes kernels run in and are priced at: fp16 on the GPU (tensor cores); fp32 on the CPU,
 #: priced on the spec's tf32 slot, which ``dse hw probe`` fills with the fp32 BLAS rate.
@@ -80,22 +79,6 @@ class Bench:
         return self.torch.Generator(device=self.device).manual_seed(self.seed + offset)
 
 
-def blank_row(base: dict) -> dict:
-    """Every schema column at its empty value, then the run's shared ones."""
-    row = {c: (np.nan if dtype == "float64" else 0 if dtype == "int64"
-               else pd.NA if dtype == "boolean" else "") for c, (dtype, _) in SCHEMA.items()}
-    row.update(base)
-    return row
-
-
-def timing_fields(t: Timing) -> dict:
-    """The dataset columns of a timing."""
-    return {"threads": t.threads, "warmup": t.warmup, "repeats": t.repeats, "stable": t.stable,
-            "min_s": t.min_s, "median_s": t.median_s, "p90_s": t.p90_s, "spread": t.spread,
-            "idle": t.idle if t.other_cores is not None else pd.NA,
-            "other_cores": t.other_cores if t.other_cores is not None else np.nan}
-
-
 def error_text(exc: BaseException) -> str:
     """One line naming the exception (what the row's ``error`` column keeps)."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -132,7 +115,7 @@ def timed_rows(bench: Bench, fn: Callable[[], object], fields: dict, call: str,
         timing = clock.time(fn, cache, host_s, bench.threads)
         row = blank_row(bench.base)
         row.update(fields)
-        row.update(timing_fields(timing))
+        row.update(timing_row(timing))
         row.update({"cache": cache, "kernel": kernel[:500], "dtype": fields.get("dtype")
                     or bench.dtype, "host_call_s": host_s, "steady_s": steady_s,
                     "rel_err": rel_err, "note": "; ".join(notes)})

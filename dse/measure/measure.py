@@ -77,8 +77,10 @@ __all__ = [
     "MeasureError",
     "MeasureResult",
     "measure",
+    "blank_row",
     "parse_budget",
     "sol_columns",
+    "timing_row",
     "whole_model_trace",
     "write_dataset",
 ]
@@ -327,14 +329,16 @@ def _distinct_vector_ops(trace) -> pd.DataFrame:
 # --- rows -------------------------------------------------------------------------------------
 
 
-def _timing_row(t: Timing) -> dict:
+def timing_row(t: Timing) -> dict:
+    """The dataset columns of a timing."""
     return {"threads": t.threads, "warmup": t.warmup, "repeats": t.repeats, "stable": t.stable,
             "min_s": t.min_s, "median_s": t.median_s, "p90_s": t.p90_s, "spread": t.spread,
             "idle": t.idle if t.other_cores is not None else pd.NA,
             "other_cores": t.other_cores if t.other_cores is not None else np.nan}
 
 
-def _blank_row(run: dict) -> dict:
+def blank_row(run: dict) -> dict:
+    """Every schema column at its empty value, then the run's shared ones (``run``)."""
     row = {c: (np.nan if SCHEMA[c][0] == "float64" else 0 if SCHEMA[c][0] == "int64"
                else pd.NA if SCHEMA[c][0] == "boolean" else "") for c in SCHEMA}
     row.update(run)
@@ -400,7 +404,7 @@ class _Run:
 
     def _time_built(self, case, source, sol, impl, kernel, cache, measure_one) -> None:
         """One row: ``impl`` of ``case`` timed at one cache state."""
-        row = _blank_row(self.base)
+        row = blank_row(self.base)
         row.update(source)
         row.update({"family": case.fmt.family, "implementation": impl,
                     "format": case.fmt.name, "sparsity": float(case.fmt.sparsity),
@@ -414,7 +418,7 @@ class _Run:
             self.rows.append(row)
             return
         timing = self.time_at(kernel, cache, measure_one)
-        row.update(_timing_row(timing))
+        row.update(timing_row(timing))
         row.update({"kernel": kernel.kernel, "nnz": kernel.nnz, "dtype": kernel.dtype,
                     "index_dtype": kernel.index_dtype, "rel_err": kernel.rel_err,
                     "note": "; ".join(p for p in (source.get("note", ""), kernel.note)
@@ -535,7 +539,7 @@ def measure(
                                        if shape.count > 1 else "")}
                     case = _trace_case(shape, fmt, batch, geo, seed)
                     if fmt.family != "dense" and not bool(fmt.applies_to(shape.m, shape.k)):
-                        row = _blank_row(base)
+                        row = blank_row(base)
                         row.update(source)
                         row.update({"family": fmt.family, "implementation": "-",
                                     "format": fmt.name, "sparsity": float(fmt.sparsity),
@@ -634,7 +638,7 @@ def _time_vector(run: _Run, op, batch: int, sol, trace,
         kernel = build_vector(case)
         measure_one = None
     for cache in caches if kernel is not None else caches[:1]:
-        row = _blank_row(run.base)
+        row = blank_row(run.base)
         row.update({"source": "trace", "model": trace.model, "op": op.op, "kind": op.kind,
                     "why": "a vector op of the trace", "family": "vector",
                     "implementation": "torch_vector" if run.device == "cpu"
@@ -648,7 +652,7 @@ def _time_vector(run: _Run, op, batch: int, sol, trace,
             run.rows.append(row)
             return
         timing = run.time_at(kernel, cache, measure_one)
-        row.update(_timing_row(timing))
+        row.update(timing_row(timing))
         row["kernel"] = kernel.kernel
         row["note"] = "; ".join(p for p in (row["note"], kernel.note) if p)
         if sol is not None:
@@ -675,7 +679,7 @@ def _time_whole_model(run: _Run, trace, batch: int, numerics) -> None:
     except Exception as exc:  # no timm, an unknown model, out of memory
         stats, error = {"eager": {}, "cudagraph": {}}, f"{type(exc).__name__}: {exc}"[:300]
     for impl, s in stats.items():
-        row = _blank_row(run.base)
+        row = blank_row(run.base)
         row.update({"source": "trace", "model": trace.model, "op": "(whole model)",
                     "kind": "model", "why": "the whole model of the trace", "family": "model",
                     "implementation": f"torch_{impl}", "format": "dense", "batch": batch,
@@ -715,7 +719,7 @@ def _time_whole_model_cpu(run: _Run, trace, batch: int, fmt, seed: int) -> None:
 
     dense = fmt.family == "dense"
     priced = trace if dense else whole_model_trace(trace, fmt)
-    row = _blank_row(run.base)
+    row = blank_row(run.base)
     row.update({"source": "trace", "model": trace.model, "op": "(whole model)",
                 "kind": "model", "why": "the whole model of the trace", "family": "model",
                 "implementation": "torch_eager", "format": fmt.name,
@@ -734,7 +738,7 @@ def _time_whole_model_cpu(run: _Run, trace, batch: int, fmt, seed: int) -> None:
     sol = evaluate(priced, run.hw, fmt, batches=batch, fusion="unfused", scope="all",
                    numerics=run.numerics)
     sol = sol[sol["format"] == fmt.name].iloc[0]
-    row.update(_timing_row(timing))
+    row.update(timing_row(timing))
     row.update({"kernel": kernel.kernel, "nnz": kernel.nnz, "index_dtype": kernel.index_dtype,
                 "rel_err": kernel.rel_err, "note": kernel.note, "hw": run.hw.name,
                 "sol_s": float(sol["latency_s"]), "sol_bound": str(sol["bound"]),
