@@ -217,7 +217,7 @@ def test_memory_time_by_hand():
 
 def test_a_warm_bound_needs_cache_levels():
     with pytest.raises(CacheError, match=r"\[cache\]"):
-        memory_time(1.0, accelerator_models.load("h100-sxm"), "warm")
+        memory_time(1.0, accelerator_models.load("a100-80gb"), "warm")
     with pytest.raises(CacheError, match="cold or warm"):
         memory_time(1.0, accelerator_models.load("h100-sxm"), "hot")
 
@@ -297,3 +297,13 @@ def test_a_held_out_model_leaves_none_of_its_shapes_in_training():
         assert (dropped > 0) == (model != "resnet50"), model
         assert (group["train_rows"] == len(data.rows) - dropped).all()
         assert np.isfinite(group["error"]).all()
+
+
+def test_h100_cache_levels_are_the_sm_side_limit():
+    """Both H100 levels deliver at most 128 B per clock per SM (132 SMs, 1980 MHz): a warm
+    working set inside L1 + L2 is bounded by that, the rest by DRAM."""
+    hw = accelerator_models.load("h100-sxm")
+    sm_side = 132 * 128 * 1.98e9
+    held = 132 * 256 * 1024 + 50 * 1024 ** 2
+    assert memory_time(1e7, hw, "warm") == pytest.approx(1e7 / sm_side, rel=1e-3)  # 33.45e12
+    assert memory_time(1e9, hw, "warm") == pytest.approx((1e9 - held) / 3.35e12)

@@ -469,3 +469,62 @@ def test_noise_floor_across_runs_compares_each_runs_fastest_round():
     assert noise["pairs"] == 2 and noise["share_over_10"] == 0.5
     assert noise["median_diff"] == pytest.approx(0.225)
     assert noise["rounds"]["pairs"] == 4  # round 0 vs 1 in each run of each kernel
+
+
+def test_gpu_rows_are_kept_whatever_the_host_load():
+    """A busy host slows a CPU kernel, not a GPU kernel timed by device events: only CPU rows
+    with idle False are dropped."""
+    frame = _dataset([
+        {"m": 8, "median_s": 1.0, "idle": False, "device": "cpu"},
+        {"m": 16, "median_s": 1.0, "idle": False, "device": "cuda"},
+        {"m": 32, "median_s": 1.0, "idle": True, "device": "cpu"},
+    ])
+    assert sorted(training_rows(frame)["m"]) == [16, 32]
+
+
+def test_benchmarked_kernels_with_one_gemm_view_are_not_repeats():
+    """Two benchmarked vector ops over the same elements (GELU, ReLU) and two convolutions
+    with the same GEMM view but different inputs (stride 1 and stride 2 of a 4x larger input)
+    are four kernels, not two kernels measured twice; two layers of a trace with one shape are
+    one kernel."""
+    vector = {"family": "vector", "kind": "activation", "m": 0, "k": 0, "n": 4096,
+              "source": "benchmark"}
+    conv = {"kind": "conv", "m": 1, "k": 9, "n": 1568, "groups": 576, "source": "benchmark"}
+    frame = _dataset([
+        {**vector, "op": "gelu", "median_s": 1.0}, {**vector, "op": "relu", "median_s": 3.0},
+        {**conv, "note": "input 1x576x28x28, kernel 3x3 stride 1 padding 1 groups 576",
+         "median_s": 1.0},
+        {**conv, "note": "input 1x576x56x56, kernel 3x3 stride 2 padding 1 groups 576",
+         "median_s": 2.0},
+        {"m": 8, "op": "blocks.0.fc1", "source": "trace", "median_s": 1.0},
+        {"m": 8, "op": "blocks.1.fc1", "source": "trace", "median_s": 1.2},
+    ]).assign(note=lambda f: f["note"].fillna(""), min_s=lambda f: f["median_s"])
+    rows = training_rows(frame)
+    assert sorted(rows.loc[rows["kind"] == "activation", "time_s"]) == [1.0, 3.0]
+    assert sorted(rows.loc[rows["kind"] == "conv", "time_s"]) == [1.0, 2.0]
+    assert rows.loc[rows["kind"] == "linear", "time_s"].tolist() == [pytest.approx(1.1)]
+    noise = noise_floor(frame)
+    assert noise["pairs"] == 1  # only the two trace layers
+
+
+def test_a_benchmarked_convolution_reads_its_input_not_the_im2col_matrix():
+    from dse.measure.sol import row_features
+
+    frame = pd.DataFrame([{
+        "source": "benchmark", "kind": "conv", "family": "dense", "model": "", "op": "dw",
+        "m": 1, "k": 49, "n": 128 * 56 * 56, "groups": 96, "batch": 128,
+        "note": "input 128x96x56x56, kernel 7x7 stride 1 padding 3 groups 96, no bias"}])
+    features = row_features(frame)
+    assert features[0].tolist() == [128 * 96 * 56 * 56, 96 * 1 * 128 * 56 * 56]
+
+
+def test_sdpa_models_read_the_measured_attention_path():
+    from dse.calibrate.validate import sdpa_models
+
+    csv = pd.DataFrame({"model": ["vit", "swin", "resnet"],
+                        "fused_attn_modules": ["12/12", "0/12", "0/0"]})
+    assert sdpa_models(csv) == {"vit"}
+    rows = pd.DataFrame({"model": ["deit", "convnext"], "note": [
+        "input 3x224x224; attention fused (F.scaled_dot_product_attention) in 12 of 12 "
+        "attention modules", "input 3x224x224"]})
+    assert sdpa_models(rows) == {"deit"}

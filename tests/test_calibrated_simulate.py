@@ -128,8 +128,10 @@ def test_cli_prints_the_predictors_and_the_expectation(tmp_path, capsys, predict
     rmspe = predictors.families["nm"].validated["rmspe"]
     assert (f"  nm: {len(nm)} ops (conv, linear) priced by h100-sxm:nm:fraction, held-out "
             f"RMSPE {rmspe:.0%}; {format_seconds(nm['expected_s'].sum())} predicted") in lines
+    grouped = predictors.families["grouped_conv"]  # measured by benchmarks/gpu/collect
     assert any(line.startswith("  grouped_conv: 1 ops (conv) priced by "
-                               "h100-sxm:whole-model-fit") for line in lines)
+                               f"h100-sxm:grouped_conv:{grouped.target}, held-out RMSPE "
+                               f"{grouped.validated['rmspe']:.0%}") for line in lines)
     assert "  note: conv priced by the gemm predictor (no conv data on h100-sxm)" in lines
     s = api.summary()
     assert any(line.startswith(f"expected latency {format_seconds(s['latency_s'])}, roofline "

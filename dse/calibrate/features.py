@@ -4,6 +4,8 @@ the numeric features of the shape, shared by training (dataset rows) and applica
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -87,12 +89,41 @@ def feature_matrix(frame: pd.DataFrame, units: int, tile: int) -> np.ndarray:
     ])
 
 
+_CONV_GEOMETRY = re.compile(r"\binput \d+x\d+x\d+x\d+, kernel \d+x\d+ stride \d+")
+
+
+def kernel_variant(rows: pd.DataFrame) -> pd.Series:
+    """What tells apart two benchmarked kernels that share their GEMM view (``kind, m, k, n,
+    groups``), so that neither is taken for a repeat of the other: a benchmarked vector op's
+    name (GELU and ReLU over the same elements are different kernels), a benchmarked
+    convolution's input geometry from its note (a stride-2 convolution of a 4x larger input
+    has the same GEMM view as a stride-1 one); empty elsewhere. Rows of a model trace
+    (``source`` ``trace``) share it: the same shape in two layers is the same kernel."""
+    out = pd.Series("", index=rows.index, dtype=object)
+    if "source" not in rows:
+        return out
+    bench = rows["source"].astype(str) == "benchmark"
+    vector = bench & (rows["family"].astype(str) == "vector")
+    out[vector] = rows.loc[vector, "op"].astype(str)
+    conv = bench & (rows["kind"].astype(str) == "conv") & ~vector
+    if conv.any() and "note" in rows:
+        found = rows.loc[conv, "note"].fillna("").astype(str).str.extract(
+            f"({_CONV_GEOMETRY.pattern})", expand=False)
+        out[conv] = found.fillna("")
+    return out
+
+
 def usable_rows(dataset: pd.DataFrame) -> pd.DataFrame:
     """The kernel timings predictors may learn from (:func:`training_rows` says which and
     why), before repeats are merged."""
     rows = dataset[(dataset["error"] == "") & (dataset["family"] != "model")]
-    rows = rows[rows["idle"].fillna(True).astype(bool)]
+    # A busy host slows a CPU kernel; a GPU kernel, timed by device events behind a spin, keeps
+    # its time (the host's load only delays its launch), so GPU rows are kept whatever it was.
+    gpu = rows["device"].astype(str).eq("cuda") if "device" in rows \
+        else pd.Series(False, index=rows.index)
+    rows = rows[rows["idle"].fillna(True).astype(bool) | gpu]
     rows = rows[rows["median_s"] <= 1.5 * rows["min_s"]]
+    rows = rows.assign(variant=kernel_variant(rows))
     rows = rows[~rows["implementation"].str.contains("algsearch")]
     # Frames built by hand may lack the run columns: one run, one round, cold caches.
     rows = rows.assign(**{c: v for c, v in (("run_id", ""), ("round", 0), ("cache", "cold"))
@@ -118,7 +149,8 @@ def training_rows(dataset: pd.DataFrame) -> pd.DataFrame:
     rows["sparsity"] = rows["sparsity"].fillna(0.0)
     rows["key"] = [family_key(f, k, g, b) for f, k, g, b in zip(
         rows["family"], rows["kind"], rows["groups"], rows["block"], strict=True)]
-    config = ["key", "format", "kind", "m", "k", "n", "groups", "sparsity", "block", "cache"]
+    config = ["key", "format", "kind", "m", "k", "n", "groups", "sparsity", "block", "cache",
+              "variant"]
     kernel = config + ["implementation"]
     rounds = rows.groupby(kernel + ["run_id", "round"], as_index=False, observed=True).agg(
         median_s=("median_s", "median"), sol_s=("sol_s", "first"), flops=("flops", "first"),

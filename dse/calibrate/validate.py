@@ -14,6 +14,7 @@ implementation of each configuration); :func:`choose_methods` picks one per fami
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -32,7 +33,8 @@ __all__ = ["DeviceRows", "best_of", "calibrate", "choose_methods", "cross_valida
 TARGETS = ("fraction", "time")
 VARIANTS = ("impl", "best")
 METHODS = tuple(f"{t}/{v}" for v in VARIANTS for t in TARGETS)
-_CONFIG = ["key", "format", "kind", "m", "k", "n", "groups", "sparsity", "block", "cache"]
+_CONFIG = ["key", "format", "kind", "m", "k", "n", "groups", "sparsity", "block", "cache",
+           "variant"]
 
 
 class DeviceRows:
@@ -112,7 +114,8 @@ def device_rows(dataset: pd.DataFrame, name: str, source: str = "") -> DeviceRow
     if rows.empty:
         raise CalibrationError(f"{name}: no timed, idle, stable kernel rows to learn from; "
                                "measure again with dse measure on an idle machine")
-    idle = dataset["idle"]
+    idle = dataset["idle"].where(dataset["device"].astype(str) != "cuda", True) \
+        if "device" in dataset else dataset["idle"]  # GPU rows are kept (usable_rows)
     provenance = {
         "dataset": source or name, "device_name": str(dataset["device_name"].iloc[0]),
         "runs": sorted(map(str, dataset["run_id"].unique())),
@@ -294,7 +297,7 @@ def speedup_summary(predictions: pd.DataFrame, chosen: dict[str, str],
     within +-10/25%, and how often the prediction is on the same side of 1x as the
     measurement (``sign``)."""
     rows = predictions.assign(pred=_chosen_column(predictions, chosen))
-    config = ["kind", "m", "k", "n", "groups", "cache"]
+    config = ["kind", "m", "k", "n", "groups", "cache", "variant"]
     dense = rows[rows["format"] == "dense"].set_index(config)[["time_s", "pred"]]
     records = []
     for key, group in rows[rows["format"] != "dense"].groupby("key"):
@@ -344,7 +347,7 @@ def noise_floor(dataset: pd.DataFrame) -> dict:
     ``runs``), and ``rounds``: round 0 against round 1 of a run, what a single timing of the
     kernel would give."""
     rows = usable_rows(dataset)
-    config = ["implementation", "format", "kind", "m", "k", "n", "groups", "cache"]
+    config = ["implementation", "format", "kind", "m", "k", "n", "groups", "cache", "variant"]
     per_run = rows.groupby(config + ["run_id"], observed=True)
     most_rounds = int(per_run["round"].nunique().max()) if len(rows) else 0
     found = {}
@@ -444,14 +447,44 @@ def _converted_linears_only(trace, sparse_format: str = "2:4", device: str = "cu
 
 
 def _model_parts(measured: pd.DataFrame, predictors: DevicePredictors, hardware: str,
-                 sparse_format: str) -> dict:
-    """Per measured model: its trace (only the converted linears prunable) and batches."""
+                 sparse_format: str, sdpa: set[str] = frozenset()) -> dict:
+    """Per measured model: the trace its dense run ran, the trace its sparse run ran (only the
+    converted linears prunable) and the batches. On CUDA, a model whose dense run called
+    ``F.scaled_dot_product_attention`` (``sdpa``) ran it fused, and its 2:4 run fell back to
+    torch's math attention path (:mod:`workloads.backend`): each side is priced as it ran."""
     import workloads
+    from workloads.backend import fuse_attention, torch_math_attention
 
-    return {str(model): (_converted_linears_only(workloads.load_trace(str(model)),
-                                                 sparse_format, predictors.device),
-                         sorted(int(b) for b in group["batch"].unique()))
-            for model, group in measured.groupby("model", sort=False)}
+    parts = {}
+    for model, group in measured.groupby("model", sort=False):
+        trace = workloads.load_trace(str(model))
+        sparse = _converted_linears_only(trace, sparse_format, predictors.device)
+        dense = trace
+        if predictors.device != "cpu" and str(model) in sdpa:
+            dense, sparse = fuse_attention(trace), torch_math_attention(sparse)
+        parts[str(model)] = (dense, sparse, sorted(int(b) for b in group["batch"].unique()))
+    return parts
+
+
+_SDPA_NOTE = re.compile(r"attention fused \(F\.scaled_dot_product_attention\) in (\d+) of")
+
+
+def sdpa_models(measured: pd.DataFrame) -> set[str]:
+    """The models whose measured runs called ``F.scaled_dot_product_attention`` in at least
+    one attention module: ``fused_attn_modules`` ``N/M`` with N > 0
+    (``benchmarks/gpu/results/models_measurements.csv``), or a note saying so
+    (``benchmarks/gpu/collect``, ``dse measure --whole-models``)."""
+    found = set()
+    for column, pattern in (("fused_attn_modules", re.compile(r"^\s*(\d+)\s*/")),
+                            ("note", _SDPA_NOTE)):
+        if column not in measured:
+            continue
+        texts = measured[column].fillna("").astype(str)
+        for model, text in zip(measured["model"], texts, strict=True):
+            hit = pattern.search(text)
+            if hit and int(hit.group(1)) > 0:
+                found.add(str(model))
+    return found
 
 
 def _whole_model_numerics(predictors: DevicePredictors):
@@ -562,12 +595,13 @@ def whole_model_table(measured: pd.DataFrame, predictors: DevicePredictors,
         error = measured["error"]
         measured = measured[error.isna() | (error.astype(str) == "")]
     # measured more than once: the fastest run (other work sharing the machine only adds time)
+    sdpa = sdpa_models(measured)
     measured = measured.groupby(["model", "variant", "batch"], as_index=False,
                                 sort=False)["median_s"].min()
-    parts = _model_parts(measured, predictors, hardware, sparse_format)
+    parts = _model_parts(measured, predictors, hardware, sparse_format, sdpa)
     bare = replace(predictors, context={})
     points = []
-    for model, (trace, batches) in parts.items():
+    for model, (trace, _, batches) in parts.items():
         sums = _model_sums(trace, batches, bare, hardware, sparse_format)
         at = measured[measured["model"] == model]
         for b in batches:
@@ -580,13 +614,15 @@ def whole_model_table(measured: pd.DataFrame, predictors: DevicePredictors,
     floors = [f.floor_s for f in predictors.families.values()]
     points.attrs["min_floor_s"] = min(floors) if floors else 1e-5
     records = []
-    for model, (trace, batches) in parts.items():
+    for model, (trace, sparse_trace, batches) in parts.items():
         train = points[points["model"] != model]
         train.attrs = points.attrs
         ctx = context if context is not None else (fit_context(train) if len(train) >= 3
                                                    else {})
         sums = _model_sums(trace, batches, replace(predictors, context=ctx), hardware,
                            sparse_format)
+        sparse_sums = _model_sums(sparse_trace, batches, replace(predictors, context=ctx),
+                                  hardware, sparse_format)
         bound = _model_sums(trace, batches, bare, hardware, sparse_format)
         at = measured[measured["model"] == model]
         for b in batches:
@@ -601,7 +637,7 @@ def whole_model_table(measured: pd.DataFrame, predictors: DevicePredictors,
                 rec[f"{column}_error"] = rec[f"{column}_s"] / rec["measured_s"] - 1.0
             rec["error"] = rec.pop("expected_error")
             if sparse_variant in variants:
-                sparse_exp = float(sums.loc[(sparse_format, b), "expected_s"])
+                sparse_exp = float(sparse_sums.loc[(sparse_format, b), "expected_s"])
                 rec["measured_speedup"] = float(variants[dense_variant]
                                                 / variants[sparse_variant])
                 rec["expected_speedup"] = rec["expected_s"] / sparse_exp

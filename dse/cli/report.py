@@ -15,7 +15,7 @@ from ..calibrate.expected import expected_designs
 from ..calibrate.predictor import CalibrationError
 from ..explore import Calibrated, SweepError, feature_overhead, parse_vary, sweep
 from ..explore.studies import DEFAULT_BATCHES, DEFAULT_FORMATS
-from ..measure.dataset import load_dataset
+from ..measure.dataset import concat, load_dataset
 from ..measure.errors import DatasetError
 from ..output import write_table
 from ..roofline import (
@@ -278,10 +278,11 @@ def _measured_dataset(name: str | None, predictors) -> tuple[str | None, pd.Data
     name = predictors.provenance.get("dataset") or None
     if name is None:
         return None, None
-    try:
-        return name, load_dataset(name)
+    try:  # predictors trained on several datasets name them "a, b"
+        frames = [load_dataset(part.strip()) for part in str(name).split(",")]
     except DatasetError:
         return name, None
+    return name, frames[0] if len(frames) == 1 else concat(frames)
 
 
 def _comparison_text(frame: pd.DataFrame) -> str:

@@ -8,6 +8,9 @@ was recorded, else the format's expected share under a random mask."""
 
 from __future__ import annotations
 
+import math
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -111,14 +114,26 @@ def bound_columns(frame: pd.DataFrame, hw, value_dtype: str = "tf32",
     return out
 
 
+_CONV_INPUT = re.compile(r"\binput (\d+)x(\d+)x(\d+)x(\d+)\b")
+
+
 def row_features(frame: pd.DataFrame) -> np.ndarray:
     """Per row, the input and output elements its bound charges: a trace row's own op's tensors
-    (times its batch: a k x k convolution reads its input, not the im2col matrix), else the
-    GEMM's ``K x N`` and ``M x N`` per group."""
+    (times its batch: a k x k convolution reads its input, not the im2col matrix), a
+    benchmarked convolution's input tensor (``input BxCxHxW`` in its note), else the GEMM's
+    ``K x N`` and ``M x N`` per group."""
     features = np.stack([frame["groups"] * frame["k"] * frame["n"],
                          frame["groups"] * frame["m"] * frame["n"]], axis=1).astype(np.int64)
     traces: dict[str, pd.DataFrame] = {}
-    for i, row in enumerate(frame.itertuples(index=False)):
+    notes = frame["note"].fillna("").astype(str) if "note" in frame \
+        else pd.Series("", index=frame.index)
+    for i, (row, note) in enumerate(zip(frame.itertuples(index=False), notes, strict=True)):
+        geometry = _CONV_INPUT.search(note) if row.kind == "conv" else None
+        if geometry and row.source != "trace":
+            # A benchmarked convolution (benchmarks/gpu/collect) names its input tensor in its
+            # note: its bound reads that tensor, not the im2col matrix groups x K x N.
+            features[i, 0] = math.prod(int(g) for g in geometry.groups())
+            continue
         if row.source != "trace" or not row.model or row.family in ("vector", "model"):
             continue
         if row.model not in traces:

@@ -1,0 +1,113 @@
+"""workloads.backend: attention as a backend runs it (fused; torch's math path under 2:4), on a
+hand-built trace whose every figure is known, and on the shipped ViT."""
+
+from __future__ import annotations
+
+import pytest
+
+import workloads
+from workloads import Trace
+from workloads.backend import attention_regions, fuse_attention, torch_math_attention
+
+T, C, H = 10, 8, 2  # tokens, channels, heads: head dim 4
+HD = C // H
+
+
+def _op(name, kind, producers, **fields):
+    base = {"name": name, "kind": kind, "m": 0, "k": 0, "n": 0, "groups": 1,
+            "weight_elems": 0, "input_elems": T * C, "output_elems": T * C,
+            "vector_flops": 0.0, "prunable": False, "producers": producers}
+    return base | fields
+
+
+def _attention_trace() -> Trace:
+    """timm's eager attention as exported: qkv, scale, copies, Q K^T, softmax, P V, a copy,
+    the output projection, and a residual add after it."""
+    scores = H * T * T
+    return Trace.from_records("toy_attention", [T, C], [
+        _op("qkv", "linear", ["input"], m=3 * C, k=C, n=T, weight_elems=3 * C * C,
+            output_elems=3 * T * C, prunable=True),
+        _op("attn.mul", "elementwise", ["qkv"], vector_flops=float(T * C)),
+        _op("attn.clone", "other", ["attn.mul"]),
+        _op("attn.clone_1", "other", ["qkv"]),
+        _op("attn.bmm", "matmul", ["attn.clone", "attn.clone_1"], m=T, k=HD, n=T, groups=H,
+            input_elems=2 * T * C, output_elems=scores),
+        _op("attn._softmax", "softmax", ["attn.bmm"], input_elems=scores,
+            output_elems=scores, vector_flops=5.0 * scores),
+        _op("attn.clone_2", "other", ["qkv"]),
+        _op("attn.bmm_1", "matmul", ["attn._softmax", "attn.clone_2"], m=T, k=T, n=HD,
+            groups=H, input_elems=scores + T * C),
+        _op("attn.clone_3", "other", ["attn.bmm_1"]),
+        _op("proj", "linear", ["attn.clone_3"], m=C, k=C, n=T, weight_elems=C * C,
+            prunable=True),
+        _op("add", "elementwise", ["input", "proj"], input_elems=2 * T * C,
+            vector_flops=float(T * C)),
+    ])
+
+
+def test_the_region_is_the_explicit_attention_between_the_linears():
+    (region,) = attention_regions(_attention_trace())
+    assert (region.scores, region.softmax, region.context) == ("attn.bmm", "attn._softmax",
+                                                               "attn.bmm_1")
+    assert region.ops == ("attn.mul", "attn.clone", "attn.clone_1", "attn.bmm",
+                          "attn._softmax", "attn.clone_2", "attn.bmm_1", "attn.clone_3")
+
+
+def test_fused_attention_keeps_the_flops_and_drops_the_scores_traffic():
+    trace = _attention_trace()
+    fused = fuse_attention(trace)
+    ops = fused.ops.set_index("name")
+    assert list(ops.index) == ["qkv", "attn.fused_attention", "proj", "add"]
+    f = ops.loc["attn.fused_attention"]
+    # both products: 2 * (T * HD * T + T * T * HD) * H = 2 * T * (2 * HD) * T * H
+    assert 2 * f["m"] * f["k"] * f["n"] * f["groups"] == 2 * 2 * T * HD * T * H
+    assert f["input_elems"] == 3 * T * C          # q, k and v, read once
+    assert f["output_elems"] == T * C             # the context
+    assert f["vector_flops"] == T * C + 5.0 * H * T * T
+    assert ops.loc["proj", "producers"] == ["attn.fused_attention"]
+    assert ops.loc["attn.fused_attention", "producers"] == ["qkv"]
+    # the bound drops: the T x T scores are no longer written and read
+    from dse.roofline import evaluate
+    before = evaluate(trace, "h100-sxm", "dense", [64], scope="all")["latency_s"].iloc[0]
+    after = evaluate(fused, "h100-sxm", "dense", [64], scope="all")["latency_s"].iloc[0]
+    assert after < before
+
+
+def test_torch_math_attention_adds_what_the_math_path_runs():
+    trace = _attention_trace()
+    math = torch_math_attention(trace)
+    ops = math.ops.set_index("name")
+    added = [n for n in ops.index if n not in set(trace.ops["name"])]
+    assert added == ["attn.sdpa_math.to_copy_0", "attn.sdpa_math.to_copy_1",
+                     "attn.sdpa_math.to_copy_2", "attn.sdpa_math.to_copy_3",
+                     "attn.sdpa_math.mul_k", "attn.sdpa_math.isneginf", "attn.sdpa_math.all",
+                     "attn.sdpa_math.where", "attn.sdpa_math.to_copy_p"]
+    scores = H * T * T
+    for i in range(4):
+        assert ops.loc[f"attn.sdpa_math.to_copy_{i}", "input_elems"] == T * C
+    assert ops.loc["attn.sdpa_math.isneginf", "input_elems"] == scores
+    assert ops.loc["attn.sdpa_math.all", "output_elems"] == H * T   # one flag per row
+    assert ops.loc["attn.sdpa_math.where", "output_elems"] == scores
+    assert ops.loc["attn.sdpa_math.to_copy_p", "output_elems"] == scores
+    # the context product now reads the cast probabilities
+    assert ops.loc["attn.bmm_1", "producers"] == ["attn.sdpa_math.to_copy_p", "attn.clone_2"]
+    for name in ("qkv", "attn.bmm", "attn.bmm_1", "proj"):  # the rest untouched
+        assert ops.loc[name, "m"] == trace.ops.set_index("name").loc[name, "m"]
+
+
+def test_traces_without_attention_are_returned_as_they_are():
+    trace = workloads.load_trace("resnet50")
+    assert fuse_attention(trace) is trace
+    assert torch_math_attention(trace) is trace
+
+
+@pytest.mark.parametrize("model, regions", [("vit_base_patch16_224", 12),
+                                            ("deit_small_patch16_224", 12),
+                                            ("swin_tiny_patch4_window7_224", 12)])
+def test_shipped_transformers_have_one_region_per_block(model, regions):
+    trace = workloads.load_trace(model)
+    assert len(attention_regions(trace)) == regions
+    fused = fuse_attention(trace)
+    assert int((fused.ops["kind"] == "softmax").sum()) == 0
+    math = torch_math_attention(trace)
+    assert len(math.ops) == len(trace.ops) + 9 * regions
