@@ -85,11 +85,29 @@ def _flat_spec(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     return merged
 
 
-def spec_fields(name_or_path: str | Path) -> dict[str, Any]:
+def spec_fields(spec: str | Path | Accelerator) -> dict[str, Any]:
     """The flat fields (``"sparse_tensor.patterns"``: value, ...) of a catalog entry, alias or
-    spec file, everything it ``extends`` merged in: the base that :func:`derive` varies. A new
-    dict each call (the caller may change it)."""
-    return _flat_spec(resolve_path(str(name_or_path)))
+    spec file, everything it ``extends`` merged in, or of an :class:`Accelerator` already
+    loaded or built: the base that :func:`derive` varies. A new dict each call (the caller may
+    change it)."""
+    if isinstance(spec, Accelerator):
+        return _accelerator_fields(spec)
+    return _flat_spec(resolve_path(str(spec)))
+
+
+def _accelerator_fields(acc: Accelerator) -> dict[str, Any]:
+    """An accelerator's fields as a spec file holds them (patterns as ``"N:M"`` text)."""
+    flat: dict[str, Any] = {"name": acc.name, "description": acc.description,
+                            "sources": list(acc.sources), "unverified": list(acc.unverified),
+                            "aliases": list(acc.aliases)}
+    for path in FIELDS:
+        value = acc.field_value(path)
+        if value is None:
+            continue
+        if path == "sparse_tensor.patterns":
+            value = [f"{n}:{m}" for n, m in value]
+        flat[path] = value
+    return flat
 
 
 def _value_text(value: Any) -> str:
@@ -104,21 +122,25 @@ def _value_text(value: Any) -> str:
     return str(value)
 
 
-def derive(base: str | Path | Mapping[str, Any], values: Mapping[str, Any] | None = None,
+def derive(base: str | Path | Mapping[str, Any] | Accelerator,
+           values: Mapping[str, Any] | None = None,
            overrides: Sequence[str] | Iterable[str] = (), name: str | None = None,
            where: str | None = None) -> Accelerator:
     """A variant of ``base``: ``overrides`` (``FIELD=VALUE`` text, as ``--set`` takes it) applied
     first, then ``values`` (``{field path: value}``, values as a TOML file holds them: numbers,
     pattern lists, booleans); everything validated, errors naming the field.
 
-    ``base``: a catalog name, alias or spec path, or the fields of one (:func:`spec_fields`:
-    for callers that derive thousands of variants of one base). Unless ``name`` is given the
-    variant is named ``BASE[change; ...]`` and lists its changes in ``overrides``, so result
-    tables stay unambiguous; errors name ``where`` (default: the base's file).
+    ``base``: a catalog name, alias or spec path, an :class:`Accelerator`, or the fields of
+    one (:func:`spec_fields`: for callers that derive thousands of variants of one base).
+    Unless ``name`` is given the variant is named ``BASE[change; ...]`` and lists its changes in
+    ``overrides``, so result tables stay unambiguous; errors name ``where`` (default: the
+    base's file).
     """
     overrides = tuple(overrides)
     values = dict(values or {})
-    if isinstance(base, Mapping):
+    if isinstance(base, Accelerator):
+        flat, stem, where = _accelerator_fields(base), base.name, where or base.name
+    elif isinstance(base, Mapping):
         flat, stem, where = dict(base), name or "derived", where or "derived hardware"
     else:
         path = resolve_path(str(base))

@@ -93,6 +93,13 @@ class SearchRequest:
     #: --out`): rank by the expected speedup of kernels as they exist, the bound's beside it.
     calibrated: str | None = None
 
+    def __post_init__(self) -> None:
+        # Python callers pass paths as strings as often as Paths; the search needs Paths.
+        for name in ("space", "out"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                setattr(self, name, Path(value))
+
 
 @dataclass
 class SearchOutcome:

@@ -57,3 +57,37 @@ def test_calibrated_evaluate_takes_one_scope():
     with pytest.raises(dse.EvaluationError, match="one scope"):
         dse.evaluate("toy_hybrid", "a100", ["2:4"], [1], scope=["gemm", "all"],
                      calibrated="h100-sxm")
+
+
+# --- what a Python caller passes the way a Python caller would ------------------------------
+
+
+def test_derive_takes_a_loaded_accelerator():
+    import dataclasses
+
+    import accelerator_models
+    from accelerator_models.catalog import derive
+
+    base = accelerator_models.load("h100-sxm")
+    same = derive(base, name=base.name)
+    assert all(getattr(same, f.name) == getattr(base, f.name)
+               for f in dataclasses.fields(base) if f.compare)
+    faster = derive(base, {"dram_bandwidth_bytes_per_s": 4e12})
+    assert faster.dram_bandwidth_bytes_per_s == 4e12
+    assert faster.tensor_flops_per_s == base.tensor_flops_per_s
+    assert faster.name == "h100-sxm[dram_bandwidth_bytes_per_s=4000000000000.0]"
+
+
+def test_the_shipped_accuracy_table_loads_without_a_path():
+    from dse.accuracy import DEFAULT_TABLE, load_accuracy_table
+
+    table = load_accuracy_table()
+    assert table.where == str(DEFAULT_TABLE)
+    assert len(table.frame) == len(load_accuracy_table(DEFAULT_TABLE).frame) > 0
+
+
+def test_a_search_request_takes_paths_as_text(tmp_path):
+    from search.study import SearchRequest
+
+    request = SearchRequest(space=str(tmp_path / "space.toml"), out=str(tmp_path / "out"))
+    assert request.space == tmp_path / "space.toml" and request.out == tmp_path / "out"

@@ -307,3 +307,23 @@ def test_h100_cache_levels_are_the_sm_side_limit():
     held = 132 * 256 * 1024 + 50 * 1024 ** 2
     assert memory_time(1e7, hw, "warm") == pytest.approx(1e7 / sm_side, rel=1e-3)  # 33.45e12
     assert memory_time(1e9, hw, "warm") == pytest.approx((1e9 - held) / 3.35e12)
+
+
+def test_a_depthwise_row_is_bounded_with_all_its_groups():
+    """Issue 26's planted bug: the measured rows' bound ignoring ``groups`` made depthwise
+    convolutions 90x too fast. ConvNeXt-T's first 7x7 depthwise convolution at batch 1, fp16,
+    counted by hand: 96 groups of a 1 x 49 by 49 x 3136 product."""
+    from dse.measure.sol import bound_columns, row_features
+
+    row = pd.DataFrame([{
+        "source": "benchmark", "kind": "conv", "family": "dense", "format": "dense",
+        "model": "", "op": "dw7", "m": 1, "k": 49, "n": 3136, "groups": 96, "batch": 1,
+        "block": 0, "sparsity": 0.0, "index_dtype": "", "cache": "cold", "error": "",
+        "median_s": 1e-5, "note": "input 1x96x56x56, kernel 7x7 stride 1 padding 3 groups 96"}])
+    hw = accelerator_models.load("h100-sxm")
+    priced = bound_columns(row, hw, "fp16", "fp16", "fp32", features=row_features(row))
+    flops = 2 * 96 * 1 * 49 * 3136
+    nbytes = 2 * (96 * 49 + 96 * 56 * 56 + 96 * 3136)  # weights, input tensor, output
+    assert priced["flops"].iloc[0] == pytest.approx(flops)
+    assert priced["bytes"].iloc[0] == pytest.approx(nbytes)
+    assert priced["sol_s"].iloc[0] == pytest.approx(max(flops / 989.4e12, nbytes / 3.35e12))

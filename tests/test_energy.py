@@ -264,3 +264,18 @@ def test_feature_overhead_study_has_the_energy_view():
     direct = study.evaluated
     assert np.allclose(direct["feature_energy_share"],
                        direct["energy_features_j"] / direct["energy_j"])
+
+
+def test_csr_work_is_priced_at_the_csr_dtype_and_elementwise_at_the_vector_dtype():
+    """Issue 26's planted bug: CSR FLOPs priced at the vector dtype. Here the two dtypes cost
+    4 and 2 pJ per FLOP, so the bug would move energy_vector_j by a hand-countable amount."""
+    numerics = dse.Numerics(dtype="fp16", vector_dtype="fp16", csr_dtype="fp32")
+    table = evaluate_energy(TOY, HW, ["unstructured@75%"], [2], fusion="unfused", scope="all",
+                            numerics=numerics)
+    row = table[table["format"] != "dense"].iloc[0]
+    b = 2
+    nnz = 8 * 16 * 0.25                     # 32 nonzeros of W
+    csr = 2 * nnz * 4 * b * 4.0             # 2 FLOPs a nonzero per token, 4 tokens, fp32: 4 pJ
+    activation = 256 * b * 2.0              # elementwise at fp16: 2 pJ
+    assert row["energy_vector_j"] == pytest.approx((csr + activation) * 1e-12)
+    assert row["energy_tensor_j"] == 0.0 and row["energy_sparse_tensor_j"] == 0.0

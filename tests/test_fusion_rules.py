@@ -251,3 +251,27 @@ def test_an_unknown_table_on_the_command_line_is_argparses_invalid_choice(capsys
     assert exited.value.code == 2 and len(err.splitlines()) == 1
     assert "argument --fusion: invalid choice: 'rules:inductor'" in err
     assert f"did you mean {SHIPPED}?" in err
+
+
+def test_spills_are_weighted_by_the_producers_output_sizes_not_their_count():
+    """Issue 26's planted bug: spills weighted by count. An add reads 300 elements from a
+    linear whose edge the table fuses and 100 from a norm whose edge it does not: 100 of its
+    400 input elements come from DRAM (by count it would be 200)."""
+    from workloads import Trace
+
+    def op(name, kind, producers, inp, out, **gemm):
+        return {"name": name, "kind": kind, "m": gemm.get("m", 0), "k": gemm.get("k", 0),
+                "n": gemm.get("n", 0), "groups": 1, "weight_elems": gemm.get("w", 0),
+                "input_elems": inp, "output_elems": out, "vector_flops": float(out),
+                "prunable": False, "producers": producers}
+
+    trace = Trace.from_records("spills", [10, 10], [
+        op("fc", "linear", ["input"], 100, 300, m=30, k=10, n=10, w=300),
+        op("norm", "norm", ["input"], 100, 100),
+        op("add", "elementwise", ["fc", "norm"], 400, 100),
+    ])
+    table = FR.RuleTable.of("t", [("linear", "elementwise")])
+    edges = rule_edges(trace, table)
+    assert edges.on_chip[2] == (True, False)
+    assert edges.input_elems[2] == pytest.approx(100)
+    assert not edges.written[0] and edges.written[1]  # the linear's only consumer fuses

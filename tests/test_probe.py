@@ -168,3 +168,34 @@ def test_a_probed_cpu_spec_evaluates_as_printed(tmp_path, capsys):
     assert run_cli(["evaluate", "--hw", str(path), "--model", "toy_hybrid", "--dtype",
                     "fp16"]) == 2
     assert "tensor_flops_per_s.fp16" in capsys.readouterr().err
+
+
+# --- the probe's arithmetic, with the clock replaced: work counted by hand ------------------
+
+
+def test_probe_rates_divide_the_hand_counted_work_by_the_time(monkeypatch):
+    """Each figure is work / time: the clock is replaced by fixed seconds, so the figures must
+    equal the work counted by hand (bytes a read pass moves, FLOPs of the FMA loop and GEMM)."""
+    import numpy as np
+
+    from dse.measure import probe as p
+
+    monkeypatch.setattr(p, "_samples", lambda fn, repeats, warmup=1: [0.5, 0.25, 1.0])
+    monkeypatch.setattr(p, "_fma_kernel", lambda: lambda x, a, b, reps: None)
+    monkeypatch.setattr(p, "_read_kernel", lambda: lambda x, reps: None)
+    threads = p._threads()
+
+    fp32 = p._vector_fp32(3)  # 8 dependent FMAs (2 FLOPs) per element, rows of 1024, 50,000 passes
+    assert fp32.value == 2 * 8 * threads * 1024 * 50_000 / 0.25
+    assert fp32.median == 2 * 8 * threads * 1024 * 50_000 / 0.5
+
+    l1 = p._cache_bandwidths(3, {"l1d": 48 * 1024})["l1_read"]
+    n = 48 * 1024 // 2 // 4  # float32 elements in half a core's L1
+    reps = max(1, int(2e9 // (4 * n * threads)) // 10)
+    assert l1.value == 4 * n * threads * reps / 0.25
+    assert "24 KiB" in l1.method
+
+    torch = pytest.importorskip("torch")
+    gemm = p._gemm(torch, torch.float32, (64,), 3)
+    assert gemm.value == 2 * 64 ** 3 / 0.25
+    assert np.isclose(gemm.min, 2 * 64 ** 3 / 1.0)

@@ -249,8 +249,9 @@ def _table(header: Sequence[str], rows: Iterable[tuple[int, Mapping[str, Any]]],
     return AccuracyTable(frame, scale, where)
 
 
-def load_accuracy_table(path: str | os.PathLike[str]) -> AccuracyTable:
-    """Read and validate an accuracy table CSV (see the module docstring for the schema)."""
+def load_accuracy_table(path: str | os.PathLike[str] = DEFAULT_TABLE) -> AccuracyTable:
+    """Read and validate an accuracy table CSV (see the module docstring for the schema);
+    without a path, the shipped table (:data:`DEFAULT_TABLE`)."""
     path = Path(path)
     where = str(path)
     reader = None

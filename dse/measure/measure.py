@@ -728,12 +728,14 @@ def _time_whole_model_cpu(run: _Run, trace, batch: int, fmt, seed: int) -> None:
     try:
         kernel = build_model(trace.model, tuple(trace.input_shape), batch,
                              None if dense else fmt, seed)
+        # Timing runs the model: out of memory or a sparse path torch refuses at run time is
+        # the row's error, as a failed build is, not a traceback that ends the measurement.
+        timing = time_kernel(kernel.fn, run.method, threads=kernel.threads)
     except Exception as exc:  # no timm, an unknown or custom model, out of memory
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[
             :300]
         run.rows.append(row)
         return
-    timing = time_kernel(kernel.fn, run.method, threads=kernel.threads)
     del kernel.fn  # the model and its input: free them before the next one is built
     sol = evaluate(priced, run.hw, fmt, batches=batch, fusion="unfused", scope="all",
                    numerics=run.numerics)
