@@ -44,9 +44,11 @@ from .roofline import (  # noqa: E402 - after the numba cache folder is set
     DTYPE_BYTES,
     FUSIONS,
     SCOPES,
+    Designs,
     EvaluationError,
     Numerics,
     NumericsError,
+    evaluate_designs,
     evaluate_layers,
 )
 
@@ -54,6 +56,7 @@ __all__ = [
     "DTYPE_BYTES",
     "FUSIONS",
     "SCOPES",
+    "Designs",
     "EvaluationError",
     "Numerics",
     "NumericsError",
@@ -63,6 +66,7 @@ __all__ = [
     "SimulationError",
     "Simulator",
     "evaluate",
+    "evaluate_designs",
     "evaluate_layers",
     "simulate",
     "sweep",

@@ -91,3 +91,19 @@ def test_a_search_request_takes_paths_as_text(tmp_path):
 
     request = SearchRequest(space=str(tmp_path / "space.toml"), out=str(tmp_path / "out"))
     assert request.space == tmp_path / "space.toml" and request.out == tmp_path / "out"
+
+
+@pytest.mark.parametrize("grid", [
+    dict(hardware="h100-sxm", formats=["2:4"], batches=1),
+    dict(hardware=["h100-sxm", "a100"], formats=["2:4", "block4@75%", "unstructured@90%"],
+         batches=[1, 8], fusion=["unfused", "fused", "fused_prefetched"], scope=["gemm", "all"]),
+])
+def test_the_fast_path_gives_evaluates_numbers_without_a_dataframe(grid):
+    """dse.evaluate_designs: columns, no DataFrame; its frame() is dse.evaluate's table."""
+    designs = dse.evaluate_designs("convnext_tiny", **grid)
+    table = dse.evaluate("convnext_tiny", **grid)
+    assert isinstance(designs["latency_s"], np.ndarray) and len(designs) == len(table)
+    pd.testing.assert_frame_equal(designs.frame(), table, check_exact=True)
+    last = designs.row()
+    assert last == {k: (v.item() if hasattr(v, "item") else v)
+                    for k, v in table.iloc[-1].to_dict().items()}

@@ -14,9 +14,11 @@ from .evaluator import (
     DEFAULT_NUMERICS,
     FUSIONS,
     SCOPES,
+    Designs,
     EvaluationError,
     Peaks,
     evaluate,
+    evaluate_designs,
     evaluate_layers,
     peaks,
 )
@@ -27,6 +29,7 @@ __all__ = [
     "CACHE_CONDITIONS",
     "CacheError",
     "DEFAULT_NUMERICS",
+    "Designs",
     "ENERGY_COLUMNS",
     "MEMORY_COLUMNS",
     "activation_peak",
@@ -44,6 +47,7 @@ __all__ = [
     "NumericsError",
     "Peaks",
     "evaluate",
+    "evaluate_designs",
     "evaluate_layers",
     "peaks",
 ]
