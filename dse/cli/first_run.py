@@ -10,12 +10,12 @@ import sys
 
 import dse.roofline.kernels as kernels
 
-__all__ = ["kernels_cached", "note_first_compile"]
+__all__ = ["first_run_done", "kernels_cached", "note_first_compile"]
 
-#: What the note says of the pause. No figure: the compile time depends on the machine and its
-#: load (`python -m benchmarks.evaluator_throughput` measures it, "numba first call"), and a
-#: guess printed as a fact was off by half on the machine it was measured on.
-FIRST_COMPILE = "a pause of some seconds, once per installation"
+#: What the note says of the pause before it happens. No figure: the compile time depends on
+#: the machine and its load, and a guess printed as a fact was off by half on the machine it
+#: was measured on. The run's measured time is said after it (:func:`first_run_done`).
+FIRST_COMPILE = "a pause once per installation"
 
 
 def _cache_folder() -> str:
@@ -41,3 +41,9 @@ def note_first_compile() -> str | None:
         return None
     return (f"dse: compiling the evaluator's kernels ({FIRST_COMPILE}); later runs load "
             f"them from {os.environ.get('NUMBA_CACHE_DIR', 'the numba cache')}")
+
+
+def first_run_done(seconds: float) -> str:
+    """The line after a run that compiled the kernels: how long it took, measured."""
+    return (f"dse: this first run took {seconds:.1f} s, the kernels' compile included; later "
+            "runs load them from the cache")

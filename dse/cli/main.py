@@ -28,7 +28,7 @@ from ..roofline.fusion_rules import FusionRulesError
 from ..sim import FanoutError, SimulationError
 from . import accuracy, bench, calibrate, evaluate, fusion, hw, measure, report, simulate, workloads
 from . import search as search_command
-from .first_run import note_first_compile
+from .first_run import first_run_done, note_first_compile
 from .options import InputError, Parser
 
 __all__ = ["main"]
@@ -117,10 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The command as run, for the files that record it (reports, datasets, probes,
         # predictors): credentials masked here, once, for every one of them.
         args.command_line = masked_command(sys.argv[1:] if argv is None else argv)
-        if getattr(args, "evaluates", False) and (note := note_first_compile()):
+        first = getattr(args, "evaluates", False) and (note := note_first_compile())
+        if first:
             print(note, file=sys.stderr, flush=True)  # instead of a silent pause
+            started = time.perf_counter()
         code = args.run(args)
         sys.stdout.flush()  # a full device shows here, not at the interpreter's exit
+        if first and code == 0:
+            print(first_run_done(time.perf_counter() - started), file=sys.stderr, flush=True)
         return code
     except SearchInterrupted as exc:
         return _error(str(exc), 130)
