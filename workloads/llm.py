@@ -32,7 +32,8 @@ but not in ``weight_elems`` (the provenance's ``params`` and ``resident_weight_e
 parameter). What the trace schema cannot say yet, and :func:`check_priceable` refuses until the
 evaluator can (:func:`llm_figures` gives the exact figures):
 
-* the KV cache is read from DRAM whatever the fusion model (provenance ``kv_read_elems``): the
+* the KV cache is read from DRAM whatever the fusion model (provenance ``kv_read_elems``, and
+  per op ``kv_read_by_op``, which the evaluator prices at the KV-cache dtype): the
   unfused model prices it, the fused ones drop it with the other features, so decode is priced
   unfused only; and it is resident (``kv_cache_elems``), which the memory model does not know;
 * an MoE layer's experts hold ``E`` sets of weights of which each token uses ``k``: the experts'
@@ -430,6 +431,7 @@ def llm_trace(config: LLMConfig, phase: str, context: int) -> Trace:
                    outputs=t * h)]
     stream = "model.embed_tokens"
     kv_read_total = 0
+    kv_read_by_op: dict[str, int] = {}  # per op, the inputs per sample read from the KV cache
     for layer, window in enumerate(c.windows):
         p = f"model.layers.{layer}"
         a = f"{p}.self_attn"
@@ -442,6 +444,7 @@ def llm_trace(config: LLMConfig, phase: str, context: int) -> Trace:
             queries, pairs = 1, keys
             kv_read = keys * kv_width  # the cache, the new token's entry included
             kv_read_total += 2 * kv_read
+            kv_read_by_op[f"{a}.scores"] = kv_read_by_op[f"{a}.context"] = kv_read
         records += [
             _op(f"{p}.input_layernorm", "norm", [stream], weight=h, inputs=t * h,
                 outputs=t * h, flops=RMS_NORM_FLOPS * t * h),
@@ -494,6 +497,7 @@ def llm_trace(config: LLMConfig, phase: str, context: int) -> Trace:
         "kv_elems_per_token": c.kv_elems_per_token,
         "kv_cache_elems": c.kv_cache_elems(context),
         "kv_read_elems": kv_read_total,
+        "kv_read_by_op": kv_read_by_op,
         "schema": SCHEMA,
     }
     if c.is_moe:

@@ -23,6 +23,7 @@ from ..roofline import (
 from .options import (
     CALIBRATED_FIX,
     Default,
+    InputError,
     add_design_options,
     assumed_dtypes,
     check_outputs,
@@ -45,7 +46,7 @@ def add_parsers(commands) -> None:
                     "latency, speedup, bound mix, feature share of DRAM traffic and fallbacks.",
         epilog=f"Format grammar: {GRAMMAR_HELP}. Shipped models: {', '.join(trace_names())}; "
                f"language models (with --phase and --context): {', '.join(llm_names())}.")
-    add_design_options(ev, formats=Default(("dense",), "dense alone"))
+    add_design_options(ev, formats=Default(("dense",), "dense alone"), quantisation=True)
     ev.add_argument("--per-layer", action="store_true",
                     help="print (and write with --out) one row per op and design")
     ev.add_argument("--out", type=path_value, metavar="FILE",
@@ -61,6 +62,7 @@ def add_parsers(commands) -> None:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)])
     d = design_from_args(args)
+    _check_quantisation(args, d)
     predictors = predictors_from_args(args)
     assumed = assumed_dtypes(args, d.numerics)
     if assumed:
@@ -83,7 +85,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             table = with_energy_and_memory(table, trace, d)
             language = bool(trace.provenance.get("phase"))
             if language:
-                table = language_model_columns(table, trace, d.numerics.value_bytes)
+                table = language_model_columns(table, trace, d.numerics.value_bytes,
+                                               d.numerics.kv_value_bytes)
+                table = table.assign(weight_dtype=d.numerics.weight_label,
+                                     kv_dtype=d.numerics.kv_dtype or d.numerics.dtype)
             print(_design_table(table, trace))
             print(_energy_table(table))
             if language:
@@ -96,6 +101,22 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         write_table(table, args.out)
         print(f"wrote {len(table)} rows to {args.out}")
     return 0
+
+
+def _check_quantisation(args: argparse.Namespace, d) -> None:
+    """Refuse, in one line, what the quantisation options cannot price: a KV-cache dtype for
+    a trace without a KV cache, and the expectation of quantised designs (the kernel
+    predictors were measured with weights and KV cache in the compute dtype)."""
+    if args.kv_dtype is not None:
+        plain = [t.model for t in d.traces if not t.provenance.get("phase")]
+        if plain:
+            raise InputError(f"--kv-dtype {args.kv_dtype}: {plain[0]} has no KV cache; the "
+                             "option is for language models (--model NAME --phase --context)")
+    if args.calibrated and (d.numerics.quantised or args.kv_dtype is not None):
+        option = "--weight-dtype" if d.numerics.quantised else "--kv-dtype"
+        raise InputError(f"{option} with --calibrated: the kernel predictors were measured "
+                         f"with weights and KV cache in --dtype {d.numerics.dtype}, so they "
+                         f"cannot price other dtypes; leave out {option} or --calibrated")
 
 
 def with_energy_and_memory(table: pd.DataFrame, trace, d) -> pd.DataFrame:
@@ -169,8 +190,12 @@ def _language_model_table(table: pd.DataFrame, trace) -> str:
     shown["KV cache (GB)"] = table["kv_cache_bytes"].map(lambda x: f"{x / 1e9:.3g}")
     what = (f"decode at context {p['context']}: one new token per request per step" if decode
             else f"prefill of {p['context']} prompt tokens per request, to the first token")
+    stored = ""
+    if "weight_dtype" in table:
+        stored = (f"; weights {table['weight_dtype'].iloc[0]}, KV cache "
+                  f"{table['kv_dtype'].iloc[0]}")
     return (f"language model {p['config']}, {what}; {p['params']:,} parameters, "
-            f"{int(table['kv_bytes_per_token'].iloc[0]):,} KV-cache bytes per token:\n"
+            f"{int(table['kv_bytes_per_token'].iloc[0]):,} KV-cache bytes per token{stored}:\n"
             + shown.to_string(index=False))
 
 

@@ -36,6 +36,7 @@ from ..measure.budget import MAX_BUDGET_S, duration_text, parse_duration
 from ..output import OutputError, check_output_path
 from ..roofline import SCOPES, EvaluationError, Numerics, evaluate_layers
 from ..roofline.evaluator import fusion_models
+from ..roofline.numerics import DEFAULT_INT4_GROUP, DTYPE_BYTES, WEIGHT_DTYPE_BYTES
 from ..sim import LOCAL, SimConfig, SimulationError
 from .progress import StatusLine
 
@@ -157,6 +158,8 @@ MAX_SEED = 2**31 - 1
 MAX_WAIT_S = 24 * 3600.0
 #: Threads and processes a command may be asked for.
 MAX_THREADS = 4096
+#: The largest quantisation group (weights along K per scale): beyond any layer's K.
+MAX_WEIGHT_GROUP = 2**24
 
 
 def _range_text(low: int, high: int) -> str:
@@ -307,13 +310,15 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
                        models: Default | None = None, hardware: Default | None = None,
                        formats: Default | None = None,
                        batches: Default = Default((1,), "1"),
-                       fusion: bool = True, numerics: bool = True) -> None:
+                       fusion: bool = True, numerics: bool = True,
+                       quantisation: bool = False) -> None:
     """``--model --hw --set --format --batch --fusion --scope`` and the numerics options on
     ``p``. ``single``: the options of which this command takes one value (the last given, as
     for any option given twice; one ``--hw`` naming several is refused). A :class:`Default`
     makes the option optional (:func:`design_from_args` applies it) and its help says so.
     ``fusion=False`` leaves out ``--fusion`` and ``--scope``, ``numerics=False`` the numerics
-    options, for commands whose designs do not have them (``dse measure`` times kernels)."""
+    options, for commands whose designs do not have them (``dse measure`` times kernels);
+    ``quantisation=True`` adds ``--weight-dtype``, ``--weight-group-size`` and ``--kv-dtype``."""
     def said(default: Default | None) -> str:
         return f" (default: {default.text})" if default is not None else ""
 
@@ -355,7 +360,7 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
                        help="gemm: prunable weight GEMMs only; all: every op (default gemm; "
                             "all for language models, whose attention reads the KV cache)")
     if numerics:
-        add_numerics_options(p)
+        add_numerics_options(p, quantisation)
     p.set_defaults(evaluates=True, single_options=tuple(single), command_name=p.prog,
                    design_defaults={"--model": models, "--hw": hardware, "--format": formats,
                                     "--batch": batches})
@@ -372,7 +377,9 @@ def add_set_option(p) -> None:
                         "2:4,1:4,2:8,2:16; repeatable (fields: see `dse hw show`)")
 
 
-def add_numerics_options(p: argparse.ArgumentParser) -> None:
+def add_numerics_options(p: argparse.ArgumentParser, quantisation: bool = False) -> None:
+    """``--dtype --vector-dtype --csr-dtype --index-bytes``; with ``quantisation``, also
+    ``--weight-dtype --weight-group-size --kv-dtype``."""
     g = p.add_argument_group("numerics")
     g.add_argument("--dtype", default=None, type=nonempty_text("a dtype, e.g. fp16"),
                    help="tensor-core dtype; values and features are stored in it (default "
@@ -386,6 +393,19 @@ def add_numerics_options(p: argparse.ArgumentParser) -> None:
                         "libraries accumulate in FP32)")
     g.add_argument("--index-bytes", type=integer(1, 8, "1, 2, 4 or 8"), default=4,
                    help="CSR/BSR index width in bytes (default 4)")
+    if not quantisation:
+        return
+    g.add_argument("--weight-dtype", choices=tuple(WEIGHT_DTYPE_BYTES),
+                   help="weight-only quantisation of the linear layers' weights (the LM head "
+                        "included): values in this dtype plus fp16 scales (int4: one per group "
+                        "of --weight-group-size along K; int8, fp8: one per output channel); "
+                        "activations, the KV cache and FLOPs stay in --dtype (default: --dtype)")
+    g.add_argument("--weight-group-size", type=integer(1, MAX_WEIGHT_GROUP), metavar="G",
+                   help="quantisation group along K: one fp16 scale per G weights of a row "
+                        f"(default {DEFAULT_INT4_GROUP} for int4, per channel for int8 and fp8)")
+    g.add_argument("--kv-dtype", choices=tuple(DTYPE_BYTES),
+                   help="dtype of a language model's KV cache: its read in decode, its size "
+                        "in the memory fit (default: --dtype)")
 
 
 def numerics_from_args(args: argparse.Namespace, hardware=()) -> Numerics:
@@ -399,8 +419,14 @@ def numerics_from_args(args: argparse.Namespace, hardware=()) -> Numerics:
     if vector is None:
         vector = next((d for d in ("fp16", "fp32")
                        if all(d in h.vector_flops_per_s for h in hardware)), "fp16")
+    weight_dtype = getattr(args, "weight_dtype", None)
+    group = getattr(args, "weight_group_size", None)
+    if group is not None and weight_dtype is None:
+        raise InputError(f"--weight-group-size {group}: a group size is for quantised weights; "
+                         f"give --weight-dtype ({', '.join(WEIGHT_DTYPE_BYTES)}) too")
     return Numerics(dtype=dtype, vector_dtype=vector, csr_dtype=args.csr_dtype,
-                    index_width_bytes=args.index_bytes)
+                    index_width_bytes=args.index_bytes, weight_dtype=weight_dtype,
+                    weight_group_size=group, kv_dtype=getattr(args, "kv_dtype", None))
 
 
 def assumed_dtypes(args: argparse.Namespace, numerics: Numerics) -> str:
@@ -456,6 +482,9 @@ def design_from_args(args: argparse.Namespace) -> Design:
     last = {o: (v[-1:] if v and o in single else v) or defaults.get(o, [])
             for o, v in given.items()}
     names = _unique(h.strip() for v in last["--hw"] for h in v.split(",") if h.strip())
+    if not names and last["--hw"]:
+        raise InputError(f"--hw {','.join(last['--hw'])!r}: no hardware name; give a catalog "
+                         "name (see `dse hw list`) or a spec .toml, e.g. --hw a100")
     if "--hw" in single and len(names) > 1:
         raise EvaluationError(f"--hw {','.join(names)}: {args.command_name} takes one "
                               "accelerator; give one name")

@@ -45,6 +45,7 @@ from workloads import Trace, load_trace
 
 from .evaluator import DEFAULT_NUMERICS, evaluate, evaluate_layers
 from .numerics import Numerics
+from .pricing import cache_read_elems, has_gemm_weights
 
 __all__ = ["DESIGN_KEYS", "ENERGY_COLUMNS", "accelerator_table", "designs_with_layers",
            "energy_frame", "evaluate_energy", "evaluate_layer_frames", "op_traffic"]
@@ -82,7 +83,8 @@ def op_traffic(layers: pd.DataFrame, trace: Trace, numerics: Numerics) -> pd.Dat
 
     ``tensor_flops``, ``sparse_tensor_flops``, ``csr_flops`` (the op's useful GEMM FLOPs by the
     unit that ran them), ``elementwise_flops`` (its vector work: norms, activations, bias adds),
-    ``value_bytes`` and ``index_bytes`` (``weight_bytes`` split; biases count as values),
+    ``value_bytes`` and ``index_bytes`` (``weight_bytes`` split; biases and the scales of
+quantised weights count as values),
     ``feature_dram_bytes`` (``dram_bytes - weight_bytes``: the features the fusion model sends
     through DRAM) and ``feature_onchip_bytes`` (every feature the op reads or writes: all of
     them cross the on-chip memories once, whatever the fusion model).
@@ -96,7 +98,9 @@ def op_traffic(layers: pd.DataFrame, trace: Trace, numerics: Numerics) -> pd.Dat
                          "layers were evaluated on")
     batch = layers["batch"].to_numpy(dtype=np.float64)
     vb = float(numerics.value_bytes)
+    wb = float(numerics.weight_value_bytes)
     m, k, g = (ops[c].to_numpy(dtype=np.float64)[j] for c in ("m", "k", "groups"))
+    scales = np.where(has_gemm_weights(ops)[j], g * numerics.scale_bytes(m, k), 0.0)
     weight_elems = ops["weight_elems"].to_numpy(dtype=np.float64)[j]
     layer_density = ops["density"].to_numpy(dtype=np.float64)[j]
     prunable = ops["prunable"].to_numpy(dtype=bool)[j]
@@ -114,7 +118,7 @@ def op_traffic(layers: pd.DataFrame, trace: Trace, numerics: Numerics) -> pd.Dat
         density = np.full(len(rows), fmt.density)
         if fmt.takes_layer_density:
             density = np.where(np.isnan(layer_density), density, layer_density)
-        stored = vb * (weight_elems - g * m * k + g * fmt.nnz(m, k, density))
+        stored = vb * (weight_elems - g * m * k) + wb * g * fmt.nnz(m, k, density) + scales
         values = np.where(rows, stored, values)
     unit = layers["unit"].astype(str).to_numpy(dtype=object)
     flops = layers["flops"].to_numpy(dtype=np.float64)
@@ -129,7 +133,9 @@ def op_traffic(layers: pd.DataFrame, trace: Trace, numerics: Numerics) -> pd.Dat
     # Index = what the storage holds beyond its values; rounding can leave -1e-9 for dense.
     out["index_bytes"] = np.maximum(weight_bytes - values, 0.0)
     out["feature_dram_bytes"] = layers["dram_bytes"].to_numpy(dtype=np.float64) - weight_bytes
-    out["feature_onchip_bytes"] = vb * features * batch
+    # KV-cache reads (a language model's decode) are stored at the KV dtype.
+    cached = cache_read_elems(trace)[j]
+    out["feature_onchip_bytes"] = (vb * features + (numerics.kv_value_bytes - vb) * cached) * batch
     return out
 
 

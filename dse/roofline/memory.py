@@ -39,7 +39,7 @@ from . import fusion_rules
 from .energy import DESIGN_KEYS, accelerator_table, designs_with_layers
 from .evaluator import DEFAULT_NUMERICS, FUSIONS
 from .numerics import Numerics
-from .pricing import rule_edges
+from .pricing import rule_edges, weight_bytes_dense
 
 __all__ = ["MEMORY_COLUMNS", "ActivationPeak", "activation_peak", "evaluate_memory",
            "memory_frame"]
@@ -111,7 +111,7 @@ def memory_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
     ops = trace.ops
     vb = float(numerics.value_bytes)
     prunable_names = set(ops.loc[ops["prunable"], "name"])
-    fixed = vb * float(ops.loc[~ops["prunable"], "weight_elems"].sum())
+    fixed = float(weight_bytes_dense(trace, numerics)[~ops["prunable"].to_numpy(bool)].sum())
     keys = list(DESIGN_KEYS)
     rows = layers[layers["op"].astype(str).isin(prunable_names)]
     rows = rows.assign(**{k: rows[k].astype(str) for k in keys})

@@ -20,9 +20,10 @@ from workloads import MODEL_INPUT, Trace
 from .fusion_rules import RuleTable
 from .numerics import Numerics
 
-__all__ = ["KERNEL_CSR", "KERNEL_DENSE", "KERNEL_OWN", "KernelArrays", "Pricing", "RuleEdges",
-           "feature_bytes_rules", "format_features", "kernel_arrays", "kernel_features", "price",
-           "read_all", "rule_edges", "scope_ops", "spilled_share", "stack_formats"]
+__all__ = ["KERNEL_CSR", "KERNEL_DENSE", "KERNEL_OWN", "WEIGHT_GEMM_KINDS", "KernelArrays",
+           "Pricing", "RuleEdges", "cache_read_elems", "feature_bytes_rules", "format_features",
+           "has_gemm_weights", "kernel_arrays", "kernel_features", "price", "read_all",
+           "rule_edges", "scope_ops", "spilled_share", "stack_formats", "weight_bytes_dense"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,12 +69,15 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
     m, k, n, g = (_as_float(ops, c) for c in ("m", "k", "n", "groups"))
     prunable = ops["prunable"].to_numpy(dtype=bool)
     vb = float(numerics.value_bytes)
+    wb = float(numerics.weight_value_bytes)
     iw = float(numerics.index_width_bytes)
 
     dense_flops = 2.0 * m * k * n * g
-    dense_weight_bytes = vb * _as_float(ops, "weight_elems")
+    dense_weight_bytes = weight_bytes_dense(trace, numerics)
+    # Scales of quantised weights: over the dense K, the same in every format.
+    scales = np.where(has_gemm_weights(ops), g * numerics.scale_bytes(m, k), 0.0)
     # Parameters beyond a prunable op's GEMM weights (its bias) stay dense in every format.
-    bias_bytes = np.where(prunable, dense_weight_bytes - vb * g * m * k, 0.0)
+    bias_bytes = np.where(prunable, vb * (_as_float(ops, "weight_elems") - g * m * k), 0.0)
     shape = (len(formats), len(ops))
     flops = np.empty(shape)
     weight_bytes = np.empty(shape)
@@ -99,8 +103,8 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
         if fmt.takes_layer_density:
             density = np.where(has_layer_density, layer_density, density)
         own_flops = g * fmt.useful_flops(m, k, n, density)
-        own_bytes = (g * (fmt.value_bytes(m, k, vb, density)
-                          + fmt.index_bytes(m, k, iw, density)) + bias_bytes)
+        own_bytes = (g * (fmt.value_bytes(m, k, wb, density)
+                          + fmt.index_bytes(m, k, iw, density)) + scales + bias_bytes)
         gemm_weights = np.where(prunable, g * m * k, 0.0)
         kept = np.where(takes, g * fmt.nnz(m, k, density), gemm_weights)
         weight_sparsity[f] = 1.0 - kept.sum() / max(gemm_weights.sum(), 1.0)
@@ -117,11 +121,13 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
         shape_fallback[f] = prunable & ~takes & (not isinstance(fmt, Dense))
         # Hardware fallback: the same nonzeros as CSR on the vector cores.
         as_csr = Unstructured(fmt.sparsity)
-        csr_bytes = (g * (as_csr.value_bytes(m, k, vb, density)
-                          + as_csr.index_bytes(m, k, iw, density)) + bias_bytes)
+        csr_bytes = (g * (as_csr.value_bytes(m, k, wb, density)
+                          + as_csr.index_bytes(m, k, iw, density)) + scales + bias_bytes)
         csr_weight_bytes[f] = np.where(takes, csr_bytes, dense_weight_bytes)
 
     abytes = float(numerics.value_bytes)
+    # A language model's KV-cache reads are inputs stored at the KV dtype.
+    cache = (numerics.kv_value_bytes - abytes) * cache_read_elems(trace)
     return Pricing(
         formats=formats,
         numerics=numerics,
@@ -138,14 +144,51 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
         dense_flops=dense_flops,
         dense_weight_bytes=dense_weight_bytes,
         feature_bytes_unfused=abytes * (_as_float(ops, "input_elems")
-                                        + _as_float(ops, "output_elems")),
+                                        + _as_float(ops, "output_elems")) + cache,
         feature_bytes_fused=abytes * (_as_float(ops, "model_input_elems")
                                       + _as_float(ops, "model_output_elems")),
-        input_bytes_unfused=abytes * _as_float(ops, "input_elems"),
+        input_bytes_unfused=abytes * _as_float(ops, "input_elems") + cache,
         input_bytes_fused=abytes * _as_float(ops, "model_input_elems"),
         vector_flops=_as_float(ops, "vector_flops"),
         prunable=prunable,
     )
+
+
+#: Op kinds whose weights are GEMM weights (``groups * m * k`` of them): the ones weight-only
+#: quantisation stores in the weight dtype. A ``matmul``'s W is an activation.
+WEIGHT_GEMM_KINDS = ("linear", "conv")
+
+
+def has_gemm_weights(ops) -> np.ndarray:
+    """Per op, whether its first ``groups * m * k`` weight elements are GEMM weights."""
+    return ops["kind"].isin(WEIGHT_GEMM_KINDS).to_numpy(dtype=bool) \
+        & (_as_float(ops, "weight_elems") > 0)
+
+
+def weight_bytes_dense(trace: Trace, numerics: Numerics) -> np.ndarray:
+    """``(P,)``: each op's weight bytes stored dense: GEMM weights at the weight dtype plus
+    their scales, the rest (biases, norm weights) at the compute dtype (see
+    :class:`~dse.roofline.Numerics`)."""
+    ops = trace.ops
+    m, k, g = (_as_float(ops, c) for c in ("m", "k", "groups"))
+    elems = _as_float(ops, "weight_elems")
+    vb, wb = float(numerics.value_bytes), float(numerics.weight_value_bytes)
+    if not numerics.quantised:
+        return vb * elems
+    gemm = has_gemm_weights(ops)
+    quantised = np.where(gemm, np.minimum(g * m * k, elems), 0.0)
+    return (vb * (elems - quantised) + wb * quantised
+            + np.where(gemm, g * numerics.scale_bytes(m, k), 0.0))
+
+
+def cache_read_elems(trace: Trace) -> np.ndarray:
+    """``(P,)``: per op, the input elements per sample it reads from a language model's KV
+    cache (part of ``input_elems``; ``workloads.llm`` records them in the provenance's
+    ``kv_read_by_op``), 0 for every op of other traces."""
+    by_op = trace.provenance.get("kv_read_by_op") or {}
+    if not by_op:
+        return np.zeros(len(trace.ops))
+    return trace.ops["name"].map(by_op).fillna(0).to_numpy(dtype=np.float64)
 
 
 @dataclass(frozen=True, eq=False)

@@ -68,6 +68,7 @@ from ..roofline.pricing import (
     KERNEL_CSR,
     KERNEL_DENSE,
     KERNEL_OWN,
+    cache_read_elems,
     kernel_arrays,
     rule_edges,
     scope_ops,
@@ -163,7 +164,9 @@ def work(trace: Trace, accelerator: Accelerator, fmt: Format, batch: int, fusion
         tensor_unit=(fs > 0).astype(np.int64),
         vector_s=fc * s_csr + a.vector_flops * s_vector,
         weight_bytes=a.weight_bytes[kernel, f].copy(),
-        input_bytes=vb * ops["input_elems"].to_numpy(dtype=np.float64) * read * b,
+        # KV-cache reads at the KV dtype, as the roofline prices them.
+        input_bytes=(vb * ops["input_elems"].to_numpy(dtype=np.float64)
+                     + (numerics.kv_value_bytes - vb) * cache_read_elems(trace)) * read * b,
         model_input_bytes=vb * ops["model_input_elems"].to_numpy(dtype=np.float64) * read * b,
         output_bytes=vb * ops["output_elems"].to_numpy(dtype=np.float64) * b,
         is_output=ops["is_output"].to_numpy(dtype=bool),
