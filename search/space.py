@@ -49,6 +49,7 @@ from accelerator_models import FIELDS, Accelerator, SpecError, derive, resolve_p
 from dse.roofline.evaluator import fusion_models
 from formats import FormatError
 from formats import parse as parse_format
+from workloads import MAX_BATCH
 
 from .errors import SpaceError
 
@@ -248,6 +249,9 @@ def _batches(value: Any, where: str) -> list[int]:
     if not items or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in items):
         raise SpaceError(f"search space {where}: batches must be a list of positive integers, "
                          "e.g. batches = [1, 8]")
+    if max(items) > MAX_BATCH:  # refused here, before a study is created, not by a worker
+        raise SpaceError(f"search space {where}: batch size {max(items)} is above the largest "
+                         f"supported, {MAX_BATCH:,}")
     return list(dict.fromkeys(items))
 
 

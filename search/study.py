@@ -435,6 +435,12 @@ def _run_search(request: SearchRequest, notify: Notify, progress: Progress) -> S
         if request.storage is None and not (out / "study.db").exists():
             raise StorageError(f"--resume: no study database at {out / 'study.db'}; give "
                                "--out or --storage where the study lives")
+        database = url.split("?")[0].removeprefix("sqlite:///") \
+            if url.startswith("sqlite:///") else None
+        if database and database != ":memory:" and not Path(database).exists():
+            # Opening it would create an empty database where the user meant an existing one.
+            raise StorageError(f"--resume: no study database at {database}; give the --storage "
+                               "the study was created with")
         storage = open_storage(url)
         stored = Settings.from_json(storage.settings(study))
         settings = _check_resume_options(request, stored, study)

@@ -10,6 +10,13 @@ import accelerator_models
 from workloads import Trace
 
 DATA = Path(__file__).parent / "data"
+
+
+def pytest_report_header(config):
+    """The fuzz suite's sample, so that a failing run can be repeated exactly."""
+    from tests.test_fuzz_inputs import SAMPLE, SEED
+
+    return f"fuzz inputs: a sample of {SAMPLE} cases drawn with seed {SEED} (all: -m slow)"
 ROUND_GPU = DATA / "round_gpu.toml"
 
 

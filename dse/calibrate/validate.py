@@ -96,6 +96,9 @@ def _on_spec(dataset: pd.DataFrame, hw) -> pd.DataFrame:
 def device_rows(dataset: pd.DataFrame, name: str, source: str = "") -> DeviceRows:
     """Training rows of one device's dataset (see :func:`training_rows`)."""
     devices = dataset["device"].unique()
+    if len(dataset) == 0:
+        raise CalibrationError(f"{source or name}: the dataset holds no rows; measure some "
+                               "with dse measure, or give another --data")
     if len(devices) != 1:
         raise CalibrationError(f"{name}: a dataset for calibration holds one device, this one "
                                f"holds {', '.join(map(str, devices))}; split it by device")

@@ -247,6 +247,9 @@ def _cmd_spmv_blocks(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out, (".parquet",))])
     traces = [workloads.load_trace(name.strip()) for name in args.models.split(",")
               if name.strip()]
+    if not traces:
+        raise BenchError(f"--models {args.models!r}: no trace name; give shipped traces "
+                         "separated by commas, e.g. convnext_tiny,resnet50")
     _check_block_run(traces, args.repeats, budget, args.max_dim)
     specs = [*synthetic_specs(args.max_dim, args.seed), *pruned_specs(traces, args.seed)]
     print(f"{len(specs)} matrices to measure within {budget:.0f} s (random order)", flush=True)

@@ -103,6 +103,8 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "error": ("string", "why the kernel could not run (timings then NaN), else empty"),
 }
 
+#: The values of ``family`` (SCHEMA's description of it).
+FAMILIES = ("dense", "nm", "block", "unstructured", "vector", "model")
 _REQUIRED_STRINGS = ("run_id", "device", "device_name", "family", "implementation", "format")
 
 
@@ -199,7 +201,8 @@ def _check_ranges(out: pd.DataFrame, where: str) -> None:
                                   + (" (or empty: unknown)" if nan_ok else ""))
     timed = (out["error"] == "").to_numpy()
     kernel = timed & (out["family"] != "model").to_numpy()  # a whole model has no GEMM N
-    for column, rows in (("n", kernel), ("groups", timed), ("batch", timed)):
+    for column, rows in (("n", kernel), ("groups", timed), ("batch", timed),
+                         ("repeats", timed)):
         bad = rows & (out[column].to_numpy() < 1)
         if bad.any():
             fail(column, bad, f"a kernel that ran has {column} >= 1")
@@ -214,7 +217,16 @@ def validate(frame: pd.DataFrame, where: str = "dataset") -> pd.DataFrame:
         if empty.any():
             raise DatasetError(f"{where}: row {int(np.flatnonzero(empty)[0])} has an empty "
                                f"{column!r}; every row needs one")
+    unknown = ~out["family"].isin(FAMILIES)
+    if unknown.any():
+        row = int(np.flatnonzero(unknown.to_numpy())[0])
+        raise DatasetError(f"{where}: row {row} has family {out['family'].iloc[row]!r}; use one "
+                           f"of {', '.join(FAMILIES)}")
     ok = out["error"] == ""
+    below = (ok & (out["p90_s"] < out["median_s"])).to_numpy()  # NaN p90 (unknown) compares False
+    if below.any():
+        raise DatasetError(f"{where}: row {int(np.flatnonzero(below)[0])} has p90_s below "
+                           "median_s; fix the row or measure again with dse measure")
     timed = out.loc[ok, ["min_s", "median_s"]]
     bad = ~((timed["median_s"] > 0) & (timed["min_s"] > 0) & (timed["min_s"] <= timed["median_s"]))
     if bad.any():
