@@ -38,3 +38,19 @@ def test_bad_input_exits_2_with_one_line(case, tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert needle in err, err
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_an_interrupt_during_the_report_leaves_no_result_file(tmp_path, monkeypatch, capsys):
+    """Issue 26: Ctrl-C while the report was written left spmv.parquet while the message said
+    nothing was written. Now the run's folder is left empty and removed."""
+    import reports
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reports, "write_report", interrupted)
+    out = tmp_path / "run"
+    code = main(["bench", "spmv", "--budget", "31s", "--max-dim", "2048", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 130 and "no partial result file" in err, err
+    assert not out.exists()

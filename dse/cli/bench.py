@@ -6,6 +6,7 @@ import argparse
 import datetime
 import io
 import platform
+import shutil
 from pathlib import Path
 
 from ..measure.errors import BenchError
@@ -137,8 +138,15 @@ def _cmd_spmv(args: argparse.Namespace) -> int:
     try:
         return _run_spmv(args, budget, out)
     except BaseException:
-        if created and not any(out.iterdir()):
-            out.rmdir()  # nothing half-written left behind
+        # The folder was new or empty: whatever is in it now this run wrote (the Parquet file
+        # before the report, say). An interrupted or failed run leaves none of it.
+        for child in out.iterdir():
+            if child.is_dir():
+                shutil.rmtree(child)
+            else:
+                child.unlink(missing_ok=True)
+        if created:
+            out.rmdir()
         raise
 
 
