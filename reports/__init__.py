@@ -13,11 +13,12 @@ function only draws that frame. ``write_report`` inlines Vega, Vega-Lite and veg
 ``index.html``, so the page works offline.
 """
 
-from . import calibration, charts, spmv_charts
+from . import calibration, charts, decode, spmv_charts
 from .calibration import *  # noqa: F403 - the expectation beside the bound (calibration.__all__)
 from .charts import *  # noqa: F403 - every chart builder is the package's API (charts.__all__)
+from .decode import *  # noqa: F403 - the decode report (decode.__all__)
 from .html import ReportError, Section, write_report
 from .spmv_charts import *  # noqa: F403 - the SpMV benchmark's charts (spmv_charts.__all__)
 
-__all__ = [*charts.__all__, *calibration.__all__, *spmv_charts.__all__, "ReportError",
-           "Section", "write_report"]
+__all__ = [*charts.__all__, *calibration.__all__, *decode.__all__, *spmv_charts.__all__,
+           "ReportError", "Section", "write_report"]

@@ -35,7 +35,7 @@ from .options import (
 )
 from .tables import calibration_note, missing, seconds_column, share
 
-__all__ = ["add_parsers", "fallback_summary", "language_model_columns"]
+__all__ = ["add_parsers", "check_quantisation", "fallback_summary", "language_model_columns"]
 
 
 def add_parsers(commands) -> None:
@@ -62,7 +62,7 @@ def add_parsers(commands) -> None:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)])
     d = design_from_args(args)
-    _check_quantisation(args, d)
+    check_quantisation(args, d)
     predictors = predictors_from_args(args)
     assumed = assumed_dtypes(args, d.numerics)
     if assumed:
@@ -103,7 +103,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_quantisation(args: argparse.Namespace, d) -> None:
+def check_quantisation(args: argparse.Namespace, d) -> None:
     """Refuse, in one line, what the quantisation options cannot price: a KV-cache dtype for
     a trace without a KV cache, and the expectation of quantised designs (the kernel
     predictors were measured with weights and KV cache in the compute dtype)."""

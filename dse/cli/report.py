@@ -22,7 +22,12 @@ from ..roofline import (
     evaluate,
     evaluate_layers,
 )
-from .evaluate import fallback_summary, with_energy_and_memory
+from .evaluate import (
+    check_quantisation,
+    fallback_summary,
+    language_model_columns,
+    with_energy_and_memory,
+)
 from .options import (
     CALIBRATED_FIX,
     Default,
@@ -51,8 +56,10 @@ def add_parsers(commands) -> None:
                     "a self-contained index.html (works offline), PNG and SVG of every chart, "
                     "and the data as CSV. Charts: the Sparsity Roofline (accuracy from the "
                     "accuracy table against speedup), the per-layer roofline, the bound mix by "
-                    "format and the feature share of DRAM traffic across the batch sizes.")
-    add_design_options(rp, single=("--fusion",))
+                    "format and the feature share of DRAM traffic across the batch sizes; for a "
+                    "language model's decode step (--phase decode), also tokens/s against "
+                    "batch with each format's memory-fit limit.")
+    add_design_options(rp, single=("--fusion",), quantisation=True)
     rp.add_argument("--accuracy-table", type=path_value, metavar="CSV",
                     help="accuracy table (default: the shipped one)")
     rp.add_argument("--out", type=path_value, required=True, metavar="DIR", help="report folder")
@@ -157,6 +164,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise CalibrationError("--measured draws measured kernels beside the expectation; "
                                "give --calibrated DEVICE too")
     d = design_from_args(args)
+    check_quantisation(args, d)
     predictors = predictors_from_args(args)
     dataset_name, dataset = _measured_dataset(args.measured, predictors)
     table = load_accuracy_table(args.accuracy_table or DEFAULT_TABLE)  # before any work
@@ -170,6 +178,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             frame = expected_designs(frame, exp)
             expected.append(exp)
         frames.append(frame)
+    decode = _decode_sections(d, frames)
     evaluated = pd.concat(frames, ignore_index=True)
     expected = pd.concat(expected, ignore_index=True) if expected else None
     # Every accelerator of --hw gets its four charts (names suffixed by the accelerator
@@ -180,6 +189,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
                                            dataset, dataset_name, several=len(d.hardware) > 1)
         sections += charts
         measured = drawn if measured is None else measured
+    sections += [section for section, _ in decode]
     tables, intro = [("Designs", evaluated)], []
     if predictors is not None:
         intro = reports.calibration_text(predictors, expected, measured, dataset_name)
@@ -190,14 +200,46 @@ def _cmd_report(args: argparse.Namespace) -> int:
     index = reports.write_report(args.out, "dse report", sections, tables=tables,
                                  command=args.command_line, hardware=d.hardware, intro=intro)
     print(f"wrote {index} ({len(sections)} charts"
-          + (f", 4 for each of {len(d.hardware)} accelerators)" if len(d.hardware) > 1
-             else ")"))
+          + (f", 4 for each of {len(d.hardware)} accelerators" if len(d.hardware) > 1 else "")
+          + (f", {len(decode)} of decode tokens/s" if decode else "") + ")")
+    for _, line in decode:
+        print(line)
     if predictors is not None:
         print(f"expected: kernel predictors {predictors.name}, an expectation, not a bound"
               + (f"; measured: {len(measured)} points of dataset {dataset_name}"
                  f" ({measured['match'].iloc[0]})" if measured is not None and len(measured)
                  else ""))
     return 0
+
+
+def _decode_sections(d, frames: list[pd.DataFrame]) -> list[tuple]:
+    """For each decode trace and accelerator: the chart of tokens/s against batch with the
+    memory-fit limits (``reports.decode_chart``), and the line the command prints of it."""
+    import reports
+
+    out = []
+    several = len(d.hardware) > 1 or sum(
+        t.provenance.get("phase") == "decode" for t in d.traces) > 1
+    for trace, frame in zip(d.traces, frames, strict=True):
+        if trace.provenance.get("phase") != "decode":
+            continue
+        table = language_model_columns(with_energy_and_memory(frame, trace, d), trace,
+                                       d.numerics.value_bytes, d.numerics.kv_value_bytes)
+        table = table.assign(weight_dtype=d.numerics.weight_label,
+                             kv_dtype=d.numerics.kv_dtype or d.numerics.dtype)
+        for hw in d.hardware:
+            data = reports.decode_data(table[table["hardware"] == hw.name])
+            name = f"decode-{_slug(trace.model)}-{_slug(hw.name)}" if several else "decode"
+            title = (f"Decode tokens/s against batch, {trace.provenance['config']} on "
+                     f"{hw.name} at context {trace.provenance['context']:,}")
+            limits = data.drop_duplicates("series")
+            fit = "; ".join(f"{r.series} " + (missing() if pd.isna(r.largest_batch_that_fits)
+                                               else f"{int(r.largest_batch_that_fits):,}")
+                            for r in limits.itertuples())
+            out.append((reports.Section(name, title, reports.decode_chart(data), data),
+                        f"{name}: largest batch that fits in DRAM (speed-of-light tokens/s "
+                        f"drawn against batch): {fit}"))
+    return out
 
 
 def _slug(name: str) -> str:
