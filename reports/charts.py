@@ -79,7 +79,7 @@ _HOLLOW_NOTE = "hollow markers: designs that fall back"
 
 # --- shared helpers -----------------------------------------------------------------------------
 
-def _require(frame: pd.DataFrame, columns: Iterable[str], builder: str) -> None:
+def require_columns(frame: pd.DataFrame, columns: Iterable[str], builder: str) -> None:
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"{builder}: expected a pandas DataFrame, got {type(frame).__name__}")
     missing = [c for c in columns if c not in frame.columns]
@@ -450,7 +450,7 @@ def sparsity_roofline_data(frame: pd.DataFrame,
     with ``expected_speedup`` and no ``expected`` gets the two rows too.
     """
     builder = "sparsity_roofline_data"
-    _require(frame, ("model", "format", "sparsity", "speedup", "accuracy"), builder)
+    require_columns(frame, ("model", "format", "sparsity", "speedup", "accuracy"), builder)
     _one_value(frame, ("hardware", "batch", "fusion", "scope", "hw_point"), builder)
     if expected is not None:
         frame = _with_expected(frame, expected, builder)
@@ -494,9 +494,10 @@ def _with_expected(frame: pd.DataFrame, expected: pd.DataFrame, builder: str) ->
 
     from .calibration import expected_fallback_share
 
-    _require(expected, ("format", "batch", "expected_s", "predictor", "calibration"), builder)
+    require_columns(expected, ("format", "batch", "expected_s", "predictor", "calibration"),
+                    builder)
     if "expected_speedup" not in frame.columns:
-        _require(frame, ("hardware", "batch", "latency_s"), builder)
+        require_columns(frame, ("hardware", "batch", "latency_s"), builder)
         if "model" in expected.columns:
             parts = [expected_designs(rows, expected[expected["model"].astype(str) == str(m)])
                      for m, rows in frame.groupby("model", sort=False, observed=True)]
@@ -685,7 +686,7 @@ def roofline_data(layers: pd.DataFrame, accelerator, numerics: Numerics = DEFAUL
     words for bound, expected and measured) on every point row.
     """
     builder = "roofline_data"
-    _require(layers, ("op", "format", "unit", "flops", "dram_bytes", "time_s"), builder)
+    require_columns(layers, ("op", "format", "unit", "flops", "dram_bytes", "time_s"), builder)
     _one_value(layers, ("hardware",), builder)
     if samples < 2:
         raise ValueError(f"{builder}: samples={samples}; give at least 2")
@@ -756,7 +757,7 @@ def roofline_data(layers: pd.DataFrame, accelerator, numerics: Numerics = DEFAUL
     if expected is not None:
         extra.append(_expected_points(expected, points, acc.name, builder))
     if measured is not None:
-        _require(measured, ("series", "intensity", "flops_per_s", "match"), builder)
+        require_columns(measured, ("series", "intensity", "flops_per_s", "match"), builder)
         extra.append(measured.copy())
     extra = [e for e in extra if len(e)]
     knees = {name: peak / bandwidth for name, peak in roofs.items()}
@@ -810,7 +811,7 @@ def roofline_data(layers: pd.DataFrame, accelerator, numerics: Numerics = DEFAUL
 def _expected_points(expected: pd.DataFrame, points: pd.DataFrame, hardware: str,
                      builder: str) -> pd.DataFrame:
     """``series = expected`` rows of :func:`roofline_data` from ``expected_layers`` rows."""
-    _require(expected, ("op", "format", "flops", "dram_bytes", "time_s", "expected_s",
+    require_columns(expected, ("op", "format", "flops", "dram_bytes", "time_s", "expected_s",
                         "predictor", "calibration"), builder)
     _one_value(expected, ("hardware",), builder)
     if "hardware" in expected.columns and len(expected) \
@@ -1079,7 +1080,7 @@ def bound_mix_data(layers: pd.DataFrame) -> pd.DataFrame:
     chart them: the chart draws a row per batch.
     """
     builder = "bound_mix_data"
-    _require(layers, ("model", "format", "bound", "time_s"), builder)
+    require_columns(layers, ("model", "format", "bound", "time_s"), builder)
     _one_value(layers, ("hardware", "batch", "fusion", "scope"), builder)
     frame = pd.DataFrame({"model": _text(layers["model"]), "format": _text(layers["format"]),
                           "bound": _text(layers["bound"]),
@@ -1165,7 +1166,7 @@ def feature_share_data(frame: pd.DataFrame) -> pd.DataFrame:
     Segments then run per model, format and estimate; sorted by estimate first.
     """
     builder = "feature_share_data"
-    _require(frame, ("model", "format", "batch", "feature_bytes_share", "speedup"), builder)
+    require_columns(frame, ("model", "format", "batch", "feature_bytes_share", "speedup"), builder)
     _one_value(frame, ("hardware", "fusion", "scope", "hw_point"), builder)
     out = pd.DataFrame({
         "model": _text(frame["model"]).to_numpy(),
@@ -1272,7 +1273,7 @@ def hardware_comparison_data(frame: pd.DataFrame) -> pd.DataFrame:
     builder = "hardware_comparison_data"
     columns = ("hardware", "model", "format", "batch", "latency_s", "speedup",
                "memory_bound_ops", "ops", "feature_bytes_share")
-    _require(frame, columns, builder)
+    require_columns(frame, columns, builder)
     _one_value(frame, ("fusion", "scope"), builder)
     ops = frame["ops"].to_numpy(dtype=np.float64)
     out = pd.DataFrame({
@@ -1417,7 +1418,7 @@ def energy_breakdown_data(frame: pd.DataFrame) -> pd.DataFrame:
     """
     builder = "energy_breakdown_data"
     columns = {c for _, _, cs in _ENERGY_PARTS for c in cs}
-    _require(frame, ("model", "hardware", "format", "batch", "energy_j", *sorted(columns)),
+    require_columns(frame, ("model", "hardware", "format", "batch", "energy_j", *sorted(columns)),
              builder)
     _one_value(frame, ("model", "fusion", "scope"), builder)
     batch = frame["batch"].to_numpy(dtype=np.float64)
@@ -1539,7 +1540,7 @@ def pareto_data(results: pd.DataFrame) -> pd.DataFrame:
     search's, by the expectation, on both.
     """
     builder = "pareto_data"
-    _require(results, ("model", "format", "speedup", "accuracy"), builder)
+    require_columns(results, ("model", "format", "speedup", "accuracy"), builder)
     n = len(results)
     out = pd.DataFrame({
         "model": _text(results["model"]).to_numpy(),
@@ -1644,7 +1645,7 @@ def target_data(results: pd.DataFrame) -> pd.DataFrame:
     the expectation, on both. Sorted by estimate after model and batch.
     """
     builder = "target_data"
-    _require(results, ("role", "model", "format", "speedup_over_baseline", "accuracy_drop",
+    require_columns(results, ("role", "model", "format", "speedup_over_baseline", "accuracy_drop",
                        "verdict"), builder)
     rows = results[_text(results["role"]).to_numpy() == "candidate"]
     calibrated = {"expected_speedup", "bound_speedup_over_baseline"} <= set(rows.columns)
@@ -1756,7 +1757,7 @@ def tornado_data(rows: pd.DataFrame) -> pd.DataFrame:
     scope`` and fallback fields follow when ``rows`` has them (one design).
     """
     builder = "tornado_data"
-    _require(rows, ("field", "low_value", "high_value", "low_speedup", "high_speedup",
+    require_columns(rows, ("field", "low_value", "high_value", "low_speedup", "high_speedup",
                     "base_speedup"), builder)
     parts = []
     for side in ("low", "high"):
@@ -1954,7 +1955,7 @@ def gantt_data(timeline: pd.DataFrame, max_bars: int = 4000, *,
     sparse_tensor, vector``, then others), start, op index and phase.
     """
     builder = "gantt_data"
-    _require(timeline, ("resource", "op", "op_index", "phase", "start_s", "end_s"), builder)
+    require_columns(timeline, ("resource", "op", "op_index", "phase", "start_s", "end_s"), builder)
     _one_value(timeline, _SIM_DESIGN, builder)
     if isinstance(max_bars, bool) or not isinstance(max_bars, int | np.integer) \
             or max_bars < 1:
@@ -2036,7 +2037,7 @@ def utilization_data(utilization: pd.DataFrame) -> pd.DataFrame:
     design columns present; sorted by resource (fixed order) and bin start.
     """
     builder = "utilization_data"
-    _require(utilization, ("resource", "start_s", "end_s", "utilization"), builder)
+    require_columns(utilization, ("resource", "start_s", "end_s", "utilization"), builder)
     _one_value(utilization, _SIM_DESIGN, builder)
     start, end = _intervals(utilization, builder)
     busy = utilization["utilization"].to_numpy(dtype=np.float64)
@@ -2108,7 +2109,7 @@ def sim_gap_data(ops: pd.DataFrame, top: int = 20) -> pd.DataFrame:
     """
     builder = "sim_gap_data"
     columns = ("op", "op_index", "gap_s", "launch_s", "buffer_s", "fill_drain_s")
-    _require(ops, columns, builder)
+    require_columns(ops, columns, builder)
     _one_value(ops, _SIM_DESIGN, builder)
     if isinstance(top, bool) or not isinstance(top, int | np.integer) or top < 1:
         raise ValueError(f"{builder}: top={top!r}; give a whole number >= 1")

@@ -15,19 +15,11 @@ import pandas as pd
 
 from formats import parse
 
-from .charts import FALLBACK_FIELDS, SUBTITLE_WIDTH, fallback_text
+from .charts import FALLBACK_FIELDS, SUBTITLE_WIDTH, fallback_text, require_columns
 
 __all__ = ["decode_chart", "decode_data"]
 
-# --- helpers (the chart modules keep theirs private; these are the few this one needs) -------
-
-def _require(frame: pd.DataFrame, columns, builder: str) -> None:
-    if not isinstance(frame, pd.DataFrame):
-        raise TypeError(f"{builder}: expected a pandas DataFrame, got {type(frame).__name__}")
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{builder}: the frame lacks column(s) {', '.join(missing)}; "
-                         f"it has {', '.join(map(str, frame.columns))}")
+# --- helpers ----------------------------------------------------------------------------------
 
 
 def _text(series: pd.Series) -> pd.Series:
@@ -111,10 +103,10 @@ def decode_data(frame: pd.DataFrame) -> pd.DataFrame:
     ``scope`` when ``frame`` has them. Sorted by format (pattern order), weight dtype and batch.
     """
     builder = "decode_data"
-    _require(frame, ("model", "hardware", "format", "batch", "phase", "context", "tokens_per_s",
-                     "time_per_token_s", "speedup", "fits", "largest_batch_that_fits",
-                     "weight_bytes", "kv_cache_bytes", "peak_memory_bytes",
-                     "dram_capacity_bytes"), builder)
+    require_columns(frame, ("model", "hardware", "format", "batch", "phase", "context",
+                            "tokens_per_s", "time_per_token_s", "speedup", "fits",
+                            "largest_batch_that_fits", "weight_bytes", "kv_cache_bytes",
+                            "peak_memory_bytes", "dram_capacity_bytes"), builder)
     phases = set(_text(frame["phase"]).dropna())
     if phases != {"decode"}:
         raise ValueError(f"{builder}: the frame holds phase {', '.join(sorted(phases)) or 'none'}"
