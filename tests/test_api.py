@@ -107,3 +107,17 @@ def test_the_fast_path_gives_evaluates_numbers_without_a_dataframe(grid):
     last = designs.row()
     assert last == {k: (v.item() if hasattr(v, "item") else v)
                     for k, v in table.iloc[-1].to_dict().items()}
+
+
+def test_import_dse_loads_neither_pandas_nor_numba():
+    """``import dse`` is light (issue 27): the engines load when a name needs them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, dse; heavy = [m for m in ('pandas', 'numba') if m in sys.modules]; "
+            "print(heavy); from dse import Numerics, evaluate; "
+            "print(len(evaluate('toy_hybrid', 'a100', '2:4')), dse.roofline.SCOPES)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600, check=True).stdout.splitlines()
+    assert out[0] == "[]"
+    assert out[1] == "2 ('gemm', 'all')"
