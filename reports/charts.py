@@ -433,7 +433,7 @@ def sparsity_roofline_data(frame: pd.DataFrame,
     on the accuracy axis. Columns: ``model, format, group`` (pattern family label: ``N:M``,
     ``block<b>``, ``unstructured``, ``dense``), ``sparsity`` (0..1), ``sparsity_label``
     (``"87.5%"``), ``speedup`` (x dense), ``accuracy`` (percent), ``label`` (the point's
-    label: the sparsity, ``"75% (runs dense)"`` where the hardware falls back, '' for dense);
+    label: its format, ``"1:4 (runs dense)"`` where the hardware falls back, '' for dense);
     then, when ``frame`` has them, the fallback fields ``shape_fallback_ops, hw_fallback,
     hw_fallback_ops, fallback`` (the text, '' for none) and the design columns ``hardware,
     batch, fusion, scope``. Sorted by model, group and sparsity, the order the chart's lines
@@ -469,7 +469,10 @@ def sparsity_roofline_data(frame: pd.DataFrame,
     out.insert(4, "sparsity_label", out["sparsity"].map(percent).astype(object))
     runs = np.where(out["hw_fallback"] == "csr", " (runs as CSR)", " (runs dense)") \
         if "hw_fallback" in out else ""
-    label = np.where(_hw_falls_back(out), out["sparsity_label"] + runs, out["sparsity_label"])
+    # The format names the point (2:4 and 2:8 share a colour and their sparsity with 1:4 and
+    # 4:8, so "50%" alone would not tell them apart).
+    name = out["format"].astype(object)
+    label = np.where(_hw_falls_back(out), name + runs, name)
     out.insert(7, "label", np.where(out["group"] == "dense", "", label).astype(object))
     if "expected_speedup" not in frame.columns:
         return _sorted(out, ["model", "group", "sparsity", "format"])

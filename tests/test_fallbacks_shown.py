@@ -45,7 +45,7 @@ def test_chart_frames_carry_the_fallback_fields(stock):
     roof = reports.sparsity_roofline_data(one[one["hardware"] == "a100-40gb"].assign(
         accuracy=99.0))
     r14 = roof.set_index("format").loc["1:4"]
-    assert r14["hw_fallback"] == "dense" and r14["label"] == "75% (runs dense)"
+    assert r14["hw_fallback"] == "dense" and r14["label"] == "1:4 (runs dense)"
     assert "ops dense (hardware)" in r14["fallback"]
 
 

@@ -88,7 +88,8 @@ def test_sparsity_roofline_data_by_value():
     data = reports.sparsity_roofline_data(frame)
     assert list(data.columns) == ["model", "format", "group", "sparsity", "sparsity_label",
                                   "speedup", "accuracy", "label"]
-    assert list(data["label"]) == ["", "50%", "87.5%", "75%", "90%"]  # dense: no label
+    # each point labelled with its format; dense, the reference, with none
+    assert list(data["label"]) == ["", "2:4", "block4@87.5%", "block16@75%", "unstructured@90%"]
     # 1:4 has no accuracy and is dropped; order: dense, N:M, block4, block16, unstructured.
     assert list(data["format"]) == ["dense", "2:4", "block4@87.5%", "block16@75%",
                                     "unstructured@90%"]
