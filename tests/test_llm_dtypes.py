@@ -238,3 +238,32 @@ def test_kv_dtype_needs_a_language_model(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--kv-dtype fp8: resnet50 has no KV cache" in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_compare_and_sweep_price_quantised_designs_as_evaluate_does(tmp_path, capsys):
+    """--weight-dtype and --kv-dtype reach compare and sweep: the same latencies, to the bit,
+    as dse evaluate for the same designs; and the same refusal for a trace without KV cache."""
+    design = ["--model", "llama-3-8b", "--phase", "decode", "--context", "2048", "--hw",
+              "h100-sxm", "--format", "2:4", "--weight-dtype", "int4", "--kv-dtype", "fp8"]
+    out = {name: tmp_path / f"{name}.csv" for name in ("evaluate", "compare", "sweep")}
+    assert run_cli(["evaluate", *design, "--batch", "1", "--batch", "8",
+                    "--out", str(out["evaluate"])]) == 0
+    assert run_cli(["compare", *design, "--batch", "1", "--batch", "8",
+                    "--out", str(out["compare"])]) == 0
+    assert run_cli(["sweep", *design, "--vary", "batch=1,8", "--out", str(out["sweep"])]) == 0
+    key = ["format", "batch"]
+    want = pd.read_csv(out["evaluate"]).set_index(key)["latency_s"].sort_index()
+    for name in ("compare", "sweep"):
+        got = pd.read_csv(out[name]).set_index(key)["latency_s"].sort_index()
+        pd.testing.assert_series_equal(got, want, check_exact=True)
+    # int4 weights with an fp8 KV cache: faster than the fp16 design at every batch
+    plain = tmp_path / "fp16.csv"
+    assert run_cli(["evaluate", *design[:-4], "--batch", "1", "--batch", "8",
+                    "--out", str(plain)]) == 0
+    fp16 = pd.read_csv(plain).set_index(key)["latency_s"].sort_index()
+    assert (want < fp16).all()
+    capsys.readouterr()
+    assert run_cli(["compare", "--model", "toy_hybrid", "--hw", "a100", "--format", "2:4",
+                    "--kv-dtype", "fp8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "has no KV cache" in err

@@ -81,7 +81,7 @@ def add_parsers(commands) -> None:
         description="Evaluate the same models and formats on several accelerators (catalog "
                     "names or spec files, comma-separated or repeated) and print latency, "
                     "speedup, bound mix and feature share side by side.")
-    add_design_options(cp)
+    add_design_options(cp, quantisation=True)
     cp.add_argument("--out", type=path_value, metavar="FILE", help="results .csv/.parquet/.json")
     cp.add_argument("--report", type=path_value, metavar="DIR", help="also write a report folder")
     cp.add_argument("--calibrated", type=nonempty_text(CALIBRATED_FIX), metavar="DEVICE",
@@ -103,7 +103,7 @@ def add_parsers(commands) -> None:
         epilog="Example: dse sweep --model convnext_tiny --hw a100 --format 2:4 --vary "
                "batch=1,2,4,8,16,32,64,128,256 --vary hw.dram_bandwidth_bytes_per_s="
                "1e12..8e12:8 --out sweep.parquet")
-    add_design_options(sw)
+    add_design_options(sw, quantisation=True)
     sw.add_argument("--vary", action="append", required=True, metavar="NAME=VALUES",
                     type=nonempty_text("a dimension NAME=V1,V2,... or NAME=LOW..HIGH:N"),
                     help="a dimension to sweep; repeatable")
@@ -365,6 +365,7 @@ _ENERGY_IS_THE_BOUNDS = ("Energy comes from the bound (the speed-of-light latenc
 def _cmd_compare(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)], folders=[("--report", args.report)])
     d = design_from_args(args)
+    check_quantisation(args, d)
     predictors = predictors_from_args(args)
     frames, expected = [], []
     for t in d.traces:
@@ -421,6 +422,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)], folders=[("--report", args.report)])
     varies = [parse_vary(v) for v in args.vary]
     d = design_from_args(args)  # a bad --hw, --set or --format fails before sweeping
+    check_quantisation(args, d)
     evaluator = evaluator_from_args(args)
     predictors = predictors_from_args(args)
     if predictors is not None:
