@@ -356,3 +356,20 @@ def test_broken_pipe_is_one_line_and_non_zero(tmp_path):
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2, err
     assert len(lines) == 1 and "Broken pipe" in lines[0] and "Traceback" not in err
+
+
+def test_an_interrupt_resent_for_a_finalizer_does_not_outlive_the_run():
+    """A KeyboardInterrupt a finalizer swallowed is sent again; if the run ends first (it
+    already caught the interrupt and chose exit 130), the re-sent one must not land after
+    main() returned, where it killed the process by SIGINT (exit status -2, seen once in CI)."""
+    import time
+    from types import SimpleNamespace
+
+    from dse.cli.main import _InterruptFlag
+
+    flag = _InterruptFlag()
+    try:
+        flag._unraisable(SimpleNamespace(exc_value=KeyboardInterrupt()))
+    finally:
+        flag.restore()  # at once: before the re-sent interrupt's 10 ms have passed
+    time.sleep(0.1)  # a late interrupt would raise KeyboardInterrupt here

@@ -162,6 +162,8 @@ class _InterruptFlag:
 
     def __init__(self) -> None:
         self.pressed = False
+        self.closed = False  # the run has ended: a late re-sent interrupt must not land
+        self.pending: list[threading.Thread] = []
         self.previous_hook = sys.unraisablehook
         try:
             self.previous = signal.signal(signal.SIGINT, self._handle)
@@ -178,19 +180,32 @@ class _InterruptFlag:
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
             # Raised from here it would be dropped too: another thread asks for the handler
             # to run again in the main thread, after the finalizer has returned.
-            threading.Thread(target=_interrupt_main_soon, daemon=True).start()
+            thread = threading.Thread(target=self._interrupt_main_soon, daemon=True)
+            self.pending.append(thread)
+            thread.start()
             return
         self.previous_hook(unraisable)
 
+    def _interrupt_main_soon(self) -> None:
+        time.sleep(0.01)  # long enough for the finalizer (and the hook) to return
+        if not self.closed:
+            _thread.interrupt_main(signal.SIGINT)
+
     def restore(self) -> None:
+        # An interrupt re-sent for a finalizer that swallowed one must land before the handler
+        # is restored, or it would land after main() returned and kill the process by SIGINT
+        # (exit status -2 instead of the 130 already decided). Stop any still waiting, and
+        # absorb one already on its way: the run has ended and said so.
+        self.closed = True
+        for thread in self.pending:
+            while thread.is_alive():
+                try:
+                    thread.join(timeout=1.0)
+                except KeyboardInterrupt:
+                    pass
         if self.previous is not None:
             signal.signal(signal.SIGINT, self.previous)
             sys.unraisablehook = self.previous_hook
-
-
-def _interrupt_main_soon() -> None:
-    time.sleep(0.01)  # long enough for the finalizer (and the hook) to return
-    _thread.interrupt_main(signal.SIGINT)
 
 
 def _is_report_error(exc: Exception) -> bool:
