@@ -55,7 +55,7 @@ def _final_files(out: Path) -> list[Path]:
                   and not any(part.startswith(".") for part in p.relative_to(out).parts))
 
 
-#: Seen in two CI runs, never on the development machine (24 tries with the signal 1.5-3.6 s
+#: Seen in two of three CI runs, never on the development machine (ten tries, the signal 1.5-3.6 s
 #: in): measure printed its one line and chose exit 130, and the process still died by SIGINT
 #: (status -2): a KeyboardInterrupt escaped after main() returned. Not explained yet (see the
 #: session note of 2026-11-25); the case stays, expected to fail there, so that it is seen.
