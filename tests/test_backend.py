@@ -7,7 +7,12 @@ import pytest
 
 import workloads
 from workloads import Trace
-from workloads.backend import attention_regions, fuse_attention, torch_math_attention
+from workloads.backend import (
+    attention_regions,
+    fuse_attention,
+    torch_cpu_sparse_linears,
+    torch_math_attention,
+)
 
 T, C, H = 10, 8, 2  # tokens, channels, heads: head dim 4
 HD = C // H
@@ -111,3 +116,62 @@ def test_shipped_transformers_have_one_region_per_block(model, regions):
     assert int((fused.ops["kind"] == "softmax").sum()) == 0
     math = torch_math_attention(trace)
     assert len(math.ops) == len(trace.ops) + 9 * regions
+
+
+def test_the_cpu_math_path_has_no_probability_cast():
+    math = torch_math_attention(_attention_trace(), cast_probabilities=False)
+    ops = math.ops.set_index("name")
+    assert "attn.sdpa_math.to_copy_p" not in ops.index
+    assert ops.loc["attn.bmm_1", "producers"] == ["attn.sdpa_math.where", "attn.clone_2"]
+
+
+def _mlp_trace(bias: bool = True) -> Trace:
+    """norm -> fc1 -> gelu -> fc2 -> add: an MLP whose two linears run sparse."""
+    hidden = 4 * C
+    return Trace.from_records("toy_mlp", [T, C], [
+        _op("norm", "norm", ["input"], weight_elems=2 * C, vector_flops=5.0 * T * C),
+        _op("fc1", "linear", ["norm"], m=hidden, k=C, n=T, weight_elems=hidden * C + hidden,
+            output_elems=T * hidden, vector_flops=float(T * hidden) if bias else 0.0,
+            prunable=True),
+        _op("act", "activation", ["fc1"], input_elems=T * hidden, output_elems=T * hidden,
+            vector_flops=8.0 * T * hidden),
+        _op("fc2", "linear", ["act"], m=C, k=hidden, n=T, weight_elems=C * hidden + C,
+            input_elems=T * hidden, vector_flops=float(T * C) if bias else 0.0,
+            prunable=True),
+        _op("add", "elementwise", ["input", "fc2"], input_elems=2 * T * C,
+            vector_flops=float(T * C)),
+    ])
+
+
+def test_cpu_sparse_linears_add_the_fill_the_bias_add_and_the_input_copy():
+    trace = _mlp_trace()
+    out = torch_cpu_sparse_linears(trace)
+    ops = out.ops.set_index("name")
+    assert list(ops.index) == [
+        "norm", "fc1.input_copy", "fc1.output_fill", "fc1", "fc1.bias_add", "act",
+        "fc2.output_fill", "fc2", "fc2.bias_add", "add"]
+    # X^T made contiguous: K x N elements read and written
+    assert ops.loc["fc1.input_copy", "input_elems"] == ops.loc["fc1.input_copy",
+                                                                "output_elems"] == T * C
+    # fc2 reads gelu's output of fc1's transposed result: already column-major, no copy
+    assert "fc2.input_copy" not in ops.index
+    assert ops.loc["fc1.output_fill", "input_elems"] == 0
+    assert ops.loc["fc1.output_fill", "output_elems"] == T * 4 * C
+    # the bias add reads the product and the bias (M), writes M x N, one FLOP each
+    assert ops.loc["fc1.bias_add", "input_elems"] == T * 4 * C + 4 * C
+    assert ops.loc["fc1.bias_add", "vector_flops"] == T * 4 * C
+    assert ops.loc["fc2.bias_add", "input_elems"] == T * C + C
+    # consumers read the biased output; the products are untouched
+    assert ops.loc["act", "producers"] == ["fc1.bias_add"]
+    assert ops.loc["add", "producers"] == ["input", "fc2.bias_add"]
+    assert ops.loc["fc1", "producers"] == ["fc1.input_copy"]
+    for name in ("fc1", "fc2"):
+        assert ops.loc[name, "m"] == trace.ops.set_index("name").loc[name, "m"]
+
+
+def test_cpu_sparse_linears_without_a_bias_add_none_and_dense_traces_stay():
+    ops = torch_cpu_sparse_linears(_mlp_trace(bias=False)).ops
+    assert not ops["name"].str.endswith(".bias_add").any()
+    dense = Trace.from_records("toy_dense", [T, C], [
+        dict(r, prunable=False) for r in _mlp_trace().to_json()["ops"]])
+    assert torch_cpu_sparse_linears(dense) is dense

@@ -19,7 +19,11 @@ import formats  # noqa: E402
 import workloads  # noqa: E402
 from dse.calibrate.expected import expected_layers  # noqa: E402
 from dse.calibrate.predictor import load_predictors, reference_hardware  # noqa: E402
-from dse.calibrate.validate import whole_model_table, whole_model_variants  # noqa: E402
+from dse.calibrate.validate import (  # noqa: E402
+    sdpa_models,
+    whole_model_table,
+    whole_model_variants,
+)
 from dse.cli.calibrate import _read_whole_models  # noqa: E402
 from dse.cli.main import main  # noqa: E402
 from dse.measure import kernels_cpu  # noqa: E402
@@ -183,16 +187,31 @@ def test_the_reference_spec_of_cpu_predictors_is_the_shipped_probe(cpu_predictor
     assert hw.dram_bandwidth_bytes_per_s == pytest.approx(37466210332.85731)
 
 
-def _expected_sums(model: str, fmt: str, batch: int, predictors, hw) -> tuple[float, float]:
+def _expected_sums(model: str, fmt: str, batch: int, predictors, hw,
+                   sdpa: bool) -> tuple[float, float]:
     """Calibrated expectation of one model by hand, (sparse, dense): only the linears the CPU
-    sparse path takes priced sparse, CPU numerics (fp32 in the tf32 slot), every op
-    (unfused)."""
-    trace = whole_model_trace(workloads.load_trace(model), formats.parse(fmt))
-    layers = evaluate_layers(trace, hw, [fmt], batches=batch, fusion="unfused", scope="all",
-                             numerics=Numerics(dtype="tf32", vector_dtype="fp32",
-                                               csr_dtype="fp32"))
-    sums = expected_layers(layers, trace, predictors).groupby("format")["expected_s"].sum()
-    return float(sums[formats.parse(fmt).name]), float(sums["dense"])
+    sparse path takes priced sparse, with the copies, fills and bias adds around them and,
+    where the run called SDPA (``sdpa``), the dense run's attention fused and the sparse run's
+    on torch's math path without the fp16 cast (workloads.backend); CPU numerics (fp32 in the
+    tf32 slot), every op (unfused)."""
+    from workloads.backend import fuse_attention, torch_cpu_sparse_linears, torch_math_attention
+
+    numerics = Numerics(dtype="tf32", vector_dtype="fp32", csr_dtype="fp32")
+    full = workloads.load_trace(model)
+    sparse_trace = whole_model_trace(full, formats.parse(fmt))
+    dense_trace = full
+    if sdpa:
+        dense_trace = fuse_attention(full)
+        sparse_trace = torch_math_attention(sparse_trace, cast_probabilities=False)
+    sparse_trace = torch_cpu_sparse_linears(sparse_trace)
+
+    def total(trace, name: str) -> float:
+        layers = evaluate_layers(trace, hw, [fmt], batches=batch, fusion="unfused",
+                                 scope="all", numerics=numerics)
+        layers = expected_layers(layers, trace, predictors)
+        return float(layers.loc[layers["format"] == name, "expected_s"].sum())
+
+    return total(sparse_trace, formats.parse(fmt).name), total(dense_trace, "dense")
 
 
 def test_measured_rows_round_trip_into_the_whole_model_table(measured, cpu_predictors,
@@ -205,8 +224,10 @@ def test_measured_rows_round_trip_into_the_whole_model_table(measured, cpu_predi
     rows = rows[rows["format"].isin(["dense", "block4@87.5%"]) & (rows["batch"] == 1)]
     models = ["convnext_tiny", "deit_small_patch16_224", "mixer_s16_224", "resnet50"]
     made = []
+    # the tiny model's runs called SDPA (its note says so): attention is priced as it ran
+    sdpa = bool(sdpa_models(rows))
     for model in models:
-        sparse, dense = _expected_sums(model, "block4@87.5%", 1, cpu_predictors, hw)
+        sparse, dense = _expected_sums(model, "block4@87.5%", 1, cpu_predictors, hw, sdpa)
         for r in rows.itertuples(index=False):
             made.append({**r._asdict(), "model": model,
                          "median_s": dense if r.format == "dense" else 1.25 * sparse})

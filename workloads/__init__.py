@@ -30,6 +30,7 @@ from .trace import (
     SCHEMA,
     Trace,
     TraceError,
+    norm_width,
     read_trace_file,
 )
 
@@ -57,6 +58,7 @@ __all__ = [
     "load_llm_config",
     "load_model",
     "load_trace",
+    "norm_width",
     "prunable_shares",
     "read_trace_file",
     "resolve_name",

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from .trace import Trace
 
-__all__ = ["AttentionRegion", "attention_regions", "fuse_attention", "torch_math_attention"]
+__all__ = ["AttentionRegion", "attention_regions", "fuse_attention", "torch_cpu_sparse_linears",
+           "torch_math_attention"]
 
 # The ops that may sit between attention's linears and its products: scales, copies, a
 # relative-position bias add (Swin). A linear, a convolution or a norm ends the walk.
@@ -149,11 +150,13 @@ def fuse_attention(trace: Trace) -> Trace:
                                 "kernels): workloads.backend.fuse_attention")
 
 
-def torch_math_attention(trace: Trace) -> Trace:
+def torch_math_attention(trace: Trace, cast_probabilities: bool = True) -> Trace:
     """``trace`` with the ops torch's math SDPA path adds to each attention region (module
     docstring): after the softmax's producer, the masked-row checks over the scores; before
-    the score product, four dtype copies and a second scale of a (T x C) operand; after the
-    softmax, a dtype copy of the probabilities."""
+    the score product, four copies and a second scale of a (T x C) operand; after the
+    softmax, a dtype copy of the probabilities (``cast_probabilities``: fp16 on a GPU; an
+    fp32 CPU run has no such cast,
+    ``benchmarks/cpu/results/profile_deit_small_b8.csv``)."""
     regions = attention_regions(trace)
     if not regions:
         return trace
@@ -180,9 +183,12 @@ def torch_math_attention(trace: Trace) -> Trace:
         ]
         where = _vector(f"{p}where", "elementwise", scores + rows, scores, float(scores),
                         [region.softmax, f"{p}all"])
-        cast = _vector(f"{p}to_copy_p", "other", scores, scores, 0.0, [f"{p}where"])
-        after[region.softmax] = checks + [where, cast]
-        rename[region.softmax] = f"{p}to_copy_p"
+        after[region.softmax] = checks + [where]
+        rename[region.softmax] = f"{p}where"
+        if cast_probabilities:
+            after[region.softmax].append(
+                _vector(f"{p}to_copy_p", "other", scores, scores, 0.0, [f"{p}where"]))
+            rename[region.softmax] = f"{p}to_copy_p"
     out = []
     for r in records:
         out += before.get(r["name"], [])
@@ -194,6 +200,55 @@ def torch_math_attention(trace: Trace) -> Trace:
     return _rebuild(trace, out, "torch's math attention path under 2:4 "
                                 "(_scaled_dot_product_attention_math, _safe_softmax): "
                                 "workloads.backend.torch_math_attention")
+
+
+def torch_cpu_sparse_linears(trace: Trace) -> Trace:
+    """``trace`` with the ops a CPU whole model runs around each of its sparse linears (the
+    prunable linears of ``trace``), as ``dse measure --whole-models`` runs them: ``W @ X^T``
+    in torch BSR or CSR, transposed back (:func:`dse.measure.kernels_cpu.build_model`).
+    Profiled on DeiT-S at batch 8, block4@87.5%
+    (``python -m benchmarks.cpu.profile_sparse_model``,
+    ``benchmarks/cpu/results/profile_deit_small_b8.csv``), each sparse linear adds:
+
+    - ``output_fill``: the sparse product zero-fills its M x N output first (``aten::fill_``;
+      the dense ``addmm`` starts from the bias instead);
+    - ``bias_add``: the bias, added after the product over its transposed output
+      (``aten::add`` of [N, M] and [M]; the dense ``addmm`` folds it in);
+    - ``input_copy``: ``X^T`` made contiguous (``aten::copy_`` of K x N), except where X is
+      already column-major: the output of another sparse linear through a vector op (an MLP's
+      second linear after its activation).
+
+    The product itself stays the linear op."""
+    records = trace.to_json()["ops"]
+    by_name = {r["name"]: r for r in records}
+    sparse = {r["name"] for r in records if r["kind"] == "linear" and r["prunable"]}
+    if not sparse:
+        return trace
+    rename: dict[str, str] = {}
+    out = []
+    for r in records:
+        r = dict(r, producers=[rename.get(q, q) for q in r["producers"]])
+        if r["name"] not in sparse:
+            out.append(r)
+            continue
+        name, m_by_n = r["name"], int(r["output_elems"])
+        producers = [by_name[q] for q in r["producers"] if q in by_name]
+        column_major = len(producers) == 1 and producers[0]["kind"] in (
+            "activation", "elementwise") and any(q in sparse for q in producers[0]["producers"])
+        if not column_major:
+            copy = _vector(f"{name}.input_copy", "other", r["input_elems"], r["input_elems"],
+                           0.0, r["producers"])
+            out.append(copy)
+            r["producers"] = [copy["name"]]
+        out.append(_vector(f"{name}.output_fill", "other", 0, m_by_n, 0.0, r["producers"]))
+        out.append(r)
+        if r["vector_flops"] > 0:  # a bias
+            bias = _vector(f"{name}.bias_add", "elementwise", m_by_n + r["m"], m_by_n,
+                           float(m_by_n), [name])
+            out.append(bias)
+            rename[name] = bias["name"]
+    return _rebuild(trace, out, "the ops around torch's CPU sparse linears (zero fill, bias "
+                                "add, input copy): workloads.backend.torch_cpu_sparse_linears")
 
 
 def _vector(name: str, kind: str, inputs: int, outputs: int, flops: float,

@@ -40,6 +40,7 @@ __all__ = [
     "SCHEMA",
     "Trace",
     "TraceError",
+    "norm_width",
 ]
 
 SCHEMA = "dse-trace/1"
@@ -48,6 +49,22 @@ MODEL_INPUT = "input"
 #: Op kinds. GEMM kinds carry M, K, N; the others carry zeros there.
 GEMM_KINDS = ("conv", "linear", "matmul")
 KINDS = GEMM_KINDS + ("norm", "softmax", "activation", "elementwise", "pool", "reduce", "other")
+
+
+
+def norm_width(name: str, weight_elems: int) -> int:
+    """The elements each output of a norm op is normalised over (its affine width C), from what
+    a trace records: an exported layer or group norm's weight holds gamma and beta (2C); an RMS
+    norm (the language-model traces' ``input_layernorm``, ``model.norm``) holds gamma only (C);
+    a batch norm normalises nothing at inference (0), nor does a norm without weights (0). A
+    group norm's C is its channel count, not its reduced width (C/G x H x W), which a trace
+    does not hold."""
+    if weight_elems <= 0 or "batch_norm" in name:
+        return 0
+    if "layer_norm" in name or "group_norm" in name:
+        return int(weight_elems) // 2
+    return int(weight_elems)
+
 
 #: Column -> python type of its values.
 COLUMNS: dict[str, type] = {

@@ -75,11 +75,13 @@ def items(smoke: bool = False) -> list[Item]:
 
 def run(item: Item, bench: Bench) -> dict[str, list[dict]]:
     from dse.measure.kernels_cpu import VectorCase, build_vector
+    from workloads import norm_width
 
     op: VectorOp = item.config
     fields = {"source": "benchmark", "why": f"collect vector: {op.name}", "op": op.name,
               "kind": op.kind, "family": "vector", "format": "dense", "sparsity": 0.0,
               "n": op.output_elems, "groups": 1, "batch": 1,
+              "k": norm_width(op.name, op.weight_elems) if op.kind == "norm" else 0,
               "implementation": "torch_cuda_vector" if bench.device == "cuda"
               else "torch_vector"}
     case = VectorCase(op.kind, op.name, op.input_elems, op.output_elems, op.weight_elems)

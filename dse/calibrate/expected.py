@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 import formats
+import workloads
 
 from .features import family_key
 from .predictor import DevicePredictors, FamilyPredictor
@@ -35,6 +36,11 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm") -> pd.DataFrame
     the configuration the predictors see (m, k, n in all, groups, sparsity, block, flops,
     bytes, kind, sol_s, cache)."""
     ops = trace.ops.set_index("name")
+    # A norm's K is the width it normalises over, as the predictors learned it
+    # (dse.calibrate.features.with_norm_widths); computed per op of the trace, not per row.
+    ops["norm_k"] = [workloads.norm_width(name, int(w)) if kind == "norm" else 0
+                     for name, w, kind in zip(ops.index, ops["weight_elems"], ops["kind"],
+                                              strict=True)]
     op = ops.loc[layers["op"].to_numpy()]
     batch = layers["batch"].to_numpy()
     m = op["m"].to_numpy()
@@ -58,7 +64,7 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm") -> pd.DataFrame
     kind = op["kind"].to_numpy(dtype=object)
     out = pd.DataFrame({
         "family": family, "kind": kind, "m": np.where(gemm, m, 0),
-        "k": np.where(gemm, op["k"].to_numpy(), 0),
+        "k": np.where(gemm, op["k"].to_numpy(), op["norm_k"].to_numpy()),
         "n": np.where(gemm, op["n"].to_numpy() * batch, op["output_elems"].to_numpy() * batch),
         "groups": groups, "sparsity": sparsity, "block": block,
         "flops": layers["flops"].to_numpy(dtype=float), "bytes": layers["dram_bytes"].to_numpy(),

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["FEATURES", "IMPL", "KEYS", "TILE", "family_key", "feature_matrix", "kind_code",
-           "training_rows", "usable_rows"]
+           "training_rows", "usable_rows", "with_norm_widths"]
 
 #: Predictor keys: one predictor per (device, key).
 KEYS = ("gemm", "conv", "grouped_conv", "nm", "block", "csr", "vector")  # block: block{b}
@@ -59,7 +59,8 @@ def family_key(family: str, kind: str, groups: int, block: int) -> str:
 
 def feature_matrix(frame: pd.DataFrame, units: int, tile: int) -> np.ndarray:
     """Features of each row of ``frame`` (columns m, k, n, groups, sparsity, block, flops,
-    bytes, kind; n is the GEMM's N in all, or a vector op's output elements), for a device
+    bytes, kind; n is the GEMM's N in all, or a vector op's output elements; k a norm's width,
+    see :func:`with_norm_widths`), for a device
     with ``units`` SMs or cores and output tile ``tile``: shape ``[rows, len(FEATURES)]``."""
     m = frame["m"].to_numpy(dtype=float)
     k = frame["k"].to_numpy(dtype=float)
@@ -113,6 +114,43 @@ def kernel_variant(rows: pd.DataFrame) -> pd.Series:
     return out
 
 
+_NORM_WIDTH = re.compile(r"\bover C=(\d+)")
+
+
+def with_norm_widths(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with each norm op's ``k`` set to the width it normalises over
+    (:func:`workloads.norm_width`), where a row recorded none (``k`` 0): a benchmarked norm's
+    from its note (``layer norm over C=384``), a trace row's from its trace op. A norm's time
+    depends on that width as well as on its size (a row of 96 halves keeps few threads busy),
+    so the predictors see it as the op's K, as a GEMM's reduction length."""
+    need = (rows["kind"].astype(str) == "norm") & (rows["k"] == 0)
+    if not need.any():
+        return rows
+    rows = rows.copy()
+    notes = rows.loc[need, "note"].fillna("").astype(str) if "note" in rows \
+        else pd.Series("", index=rows.index[need])
+    found = notes.str.extract(_NORM_WIDTH, expand=False)
+    width = pd.to_numeric(found, errors="coerce")
+    if "source" in rows and "model" in rows:
+        import workloads
+
+        traced = need & (rows["source"].astype(str) == "trace") & width.reindex(
+            rows.index).isna()
+        ops: dict[str, pd.DataFrame] = {}
+        for pos in rows.index[traced]:
+            model = str(rows.at[pos, "model"])
+            if model not in ops:
+                try:
+                    ops[model] = workloads.load_trace(model).ops.set_index("name")
+                except workloads.TraceError:
+                    ops[model] = pd.DataFrame()
+            op = str(rows.at[pos, "op"])
+            if op in ops[model].index:
+                width[pos] = workloads.norm_width(op, int(ops[model].at[op, "weight_elems"]))
+    rows.loc[need, "k"] = width.fillna(0).astype("int64").to_numpy()
+    return rows
+
+
 def usable_rows(dataset: pd.DataFrame) -> pd.DataFrame:
     """The kernel timings predictors may learn from (:func:`training_rows` says which and
     why), before repeats are merged."""
@@ -123,7 +161,7 @@ def usable_rows(dataset: pd.DataFrame) -> pd.DataFrame:
         else pd.Series(False, index=rows.index)
     rows = rows[rows["idle"].fillna(True).astype(bool) | gpu]
     rows = rows[rows["median_s"] <= 1.5 * rows["min_s"]]
-    rows = rows.assign(variant=kernel_variant(rows))
+    rows = with_norm_widths(rows.assign(variant=kernel_variant(rows)))
     rows = rows[~rows["implementation"].str.contains("algsearch")]
     # Frames built by hand may lack the run columns: one run, one round, cold caches.
     rows = rows.assign(**{c: v for c, v in (("run_id", ""), ("round", 0), ("cache", "cold"))

@@ -452,19 +452,28 @@ def _converted_linears_only(trace, sparse_format: str = "2:4", device: str = "cu
 def _model_parts(measured: pd.DataFrame, predictors: DevicePredictors, hardware: str,
                  sparse_format: str, sdpa: set[str] = frozenset()) -> dict:
     """Per measured model: the trace its dense run ran, the trace its sparse run ran (only the
-    converted linears prunable) and the batches. On CUDA, a model whose dense run called
-    ``F.scaled_dot_product_attention`` (``sdpa``) ran it fused, and its 2:4 run fell back to
-    torch's math attention path (:mod:`workloads.backend`): each side is priced as it ran."""
+    converted linears prunable) and the batches. A model whose dense run called
+    ``F.scaled_dot_product_attention`` (``sdpa``) ran it fused, and its sparse run fell back
+    to torch's math attention path; on the CPU the sparse run also ran the copies, fills and
+    bias adds around each sparse linear (:mod:`workloads.backend`): each side is priced as it
+    ran."""
     import workloads
-    from workloads.backend import fuse_attention, torch_math_attention
+    from workloads.backend import fuse_attention, torch_cpu_sparse_linears, torch_math_attention
 
+    cpu = predictors.device == "cpu"
     parts = {}
     for model, group in measured.groupby("model", sort=False):
         trace = workloads.load_trace(str(model))
         sparse = _converted_linears_only(trace, sparse_format, predictors.device)
         dense = trace
-        if predictors.device != "cpu" and str(model) in sdpa:
-            dense, sparse = fuse_attention(trace), torch_math_attention(sparse)
+        if str(model) in sdpa:
+            # On both devices a sparse linear's output is a transposed view, which SDPA's
+            # fused kernels refuse (benchmarks/cpu/results/profile_deit_small_b8.csv,
+            # benchmarks/gpu/results/collect/profiles.parquet).
+            dense = fuse_attention(trace)
+            sparse = torch_math_attention(sparse, cast_probabilities=not cpu)
+        if cpu:
+            sparse = torch_cpu_sparse_linears(sparse)
         parts[str(model)] = (dense, sparse, sorted(int(b) for b in group["batch"].unique()))
     return parts
 

@@ -66,7 +66,9 @@ SCHEMA: dict[str, tuple[str, str]] = {
     "sparsity": ("float64", "weight sparsity of the format (0 for dense and vector ops)"),
     "block": ("int64", "block size b of a b x b block format, N:M's M, 1 for CSR, 0 else"),
     "m": ("int64", "GEMM M per group (output features); 0 for vector ops"),
-    "k": ("int64", "GEMM K per group (input features x kernel area); 0 for vector ops"),
+    "k": ("int64", "GEMM K per group (input features x kernel area); a norm's width (the "
+                 "elements each output is normalised over, 0 where unknown); 0 for other "
+                 "vector ops"),
     "n": ("int64", "GEMM N in all (batch x positions); vector ops: output elements"),
     "groups": ("int64", "GEMM groups (1 unless grouped or depthwise)"),
     "batch": ("int64", "batch size the shape belongs to (1 for sampled shapes)"),

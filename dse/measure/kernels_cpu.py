@@ -295,7 +295,7 @@ def activation(name: str):
 def build_vector(case: VectorCase, device: str = "cpu", dtype: str = "fp32") -> Kernel | None:
     """A torch kernel of the vector op's kind and sizes, tensors in ``dtype`` on ``device``;
     None for kinds without one (``other``: views, pads). The reduced dimension is inferred
-    from the element counts (norm: ``C = weight_elems / 2``; softmax: the last dimension is
+    from the element counts (norm: :func:`workloads.norm_width`; softmax: the last dimension is
     not in a trace, 64 is used; reduce and pool: ``input_elems / output_elems`` elements per
     output)."""
     import torch
@@ -310,7 +310,9 @@ def build_vector(case: VectorCase, device: str = "cpu", dtype: str = "fp32") -> 
     threads = _threads() if device == "cpu" else 1
     n_in, n_out = case.input_elems, case.output_elems
     if case.kind == "norm":
-        channels = max(1, case.weight_elems // 2)
+        from workloads import norm_width
+
+        channels = max(1, norm_width(case.name, case.weight_elems))
         if n_out % channels:
             return None
         x = randn(n_out // channels, channels)

@@ -626,6 +626,8 @@ def _trace_case(shape, fmt, batch: int, geo, seed: int):
 
 def _time_vector(run: _Run, op, batch: int, sol, trace,
                  caches: tuple[str, ...] = ("cold",)) -> None:
+    from workloads import norm_width
+
     from .kernels_cpu import VectorCase, build_vector
 
     case = VectorCase(op.kind, op.op, int(op.input_elems) * batch,
@@ -644,6 +646,8 @@ def _time_vector(run: _Run, op, batch: int, sol, trace,
                     "implementation": "torch_vector" if run.device == "cpu"
                     else "torch_cuda_vector",
                     "format": "dense", "n": int(op.output_elems) * batch, "groups": 1,
+                    # a norm's K: the width it normalises over (what predictors learn from)
+                    "k": norm_width(op.op, int(op.weight_elems)) if op.kind == "norm" else 0,
                     "batch": batch,
                     "dtype": "fp32" if run.device == "cpu" else "fp16", "cache": cache,
                     "note": f"{op.count} ops share this shape" if op.count > 1 else ""})
