@@ -7,7 +7,6 @@ limit."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import altair as alt
 import numpy as np
@@ -15,7 +14,7 @@ import pandas as pd
 
 from formats import parse
 
-from .charts import FALLBACK_FIELDS, SUBTITLE_WIDTH, fallback_text, require_columns
+from .charts.design import FALLBACK_FIELDS, chart_title, fallback_text, require_columns
 
 __all__ = ["decode_chart", "decode_data"]
 
@@ -61,11 +60,6 @@ def _inline(frame: pd.DataFrame) -> alt.InlineData:
     """The frame as JSON records (NaN and NA become null), as every chart of reports inlines."""
     return alt.InlineData(values=json.loads(frame.to_json(orient="records",
                                                           double_precision=15)))
-
-
-def _title(text: str, *subtitle: str) -> alt.TitleParams:
-    lines = [w for s in subtitle if s for w in textwrap.wrap(s, SUBTITLE_WIDTH)]
-    return alt.TitleParams(text=text, subtitle=lines, anchor="start")
 
 
 _WIDTH = 560
@@ -274,7 +268,7 @@ def decode_chart(data: pd.DataFrame) -> alt.VConcatChart:
     kv = row["kv_dtype"] or "?"
     where = ", ".join(f"{c} {row[c]}" for c in ("fusion", "scope") if c in data.columns)
     return alt.vconcat(tokens, speed, spacing=12).resolve_scale(color="shared").properties(
-        title=_title(
+        title=chart_title(
             f"Decode tokens/s against batch: {model} on {row['hardware']}, context "
             f"{int(row['context']):,}, weights {dtypes}, KV cache {kv}",
             "the speed-of-light bound (roofline"

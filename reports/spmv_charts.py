@@ -6,7 +6,7 @@ labelled with its MFLOP/s and its speedup over 1x1.
 ``spmv_size_data`` / ``spmv_size_chart``: MFLOP/s against the matrix's size in bytes (log),
 CSR and BCSR, with the L2 and last-level cache sizes marked.
 
-Both take the benchmark's result frame (``dse.measure.spmv_bench.RESULT_COLUMNS``). These
+Both take the benchmark's result frame (``dse.spmv.bench.RESULT_COLUMNS``). These
 are measurements on one machine, not bounds: titles say so and name the machine.
 """
 
@@ -17,6 +17,8 @@ import json
 import altair as alt
 import numpy as np
 import pandas as pd
+
+from .charts.design import chart_title
 
 __all__ = ["spmv_profile_chart", "spmv_profile_data", "spmv_size_chart", "spmv_size_data"]
 
@@ -120,7 +122,7 @@ def spmv_profile_chart(data: pd.DataFrame) -> alt.LayerChart:
     title = str(data["title"].iloc[0]) if len(data) else "Register-blocking profile"
     subtitle = str(data["subtitle"].iloc[0]) if len(data) else ""
     return alt.layer(cells, value, speedup, data=_inline(data)).properties(
-        width=alt.Step(62), height=alt.Step(44), title=alt.Title(title, subtitle=subtitle))
+        width=alt.Step(62), height=alt.Step(44), title=chart_title(title, subtitle))
 
 
 def _kernel_group(frame: pd.DataFrame) -> pd.Series:
@@ -198,4 +200,4 @@ def spmv_size_chart(data: pd.DataFrame) -> alt.LayerChart:
                              color="#333").encode(x=x, text="label:N")
     title = str(data["title"].dropna().iloc[0]) if data["title"].notna().any() else "SpMV"
     return alt.layer(points, lines, rules, labels, data=_inline(data)).properties(
-        width=560, height=340, title=title)
+        width=560, height=340, title=chart_title(title))

@@ -1,5 +1,5 @@
 """What building the command line imports: `dse --help` must not pull in the SpMV benchmark's
-scipy.sparse and numba kernels (dse.measure.spmv_blocks), scikit-learn or torch; the commands
+scipy.sparse and numba kernels (dse.spmv.blocks), scikit-learn or torch; the commands
 that need them import them when they run."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 from dse.cli.spmv_estimator import _shipped_block_datasets
-from dse.measure.spmv_blocks import shipped_block_datasets
+from dse.spmv.blocks import shipped_block_datasets
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Imported by none of the parsers: each costs time on every `dse` call.
-NOT_FOR_HELP = ("scipy.sparse", "dse.measure.spmv_blocks", "dse.measure.spmv_kernels",
-                "dse.measure.spmv_matrices", "sklearn", "torch")
+NOT_FOR_HELP = ("scipy.sparse", "dse.spmv.blocks", "dse.spmv.kernels",
+                "dse.spmv.matrices", "sklearn", "torch")
 
 
 def test_help_imports_no_spmv_benchmark_sklearn_or_torch():
@@ -32,5 +32,5 @@ def test_help_imports_no_spmv_benchmark_sklearn_or_torch():
 
 def test_help_lists_the_shipped_block_datasets_without_importing_them():
     """`dse calibrate --help` names the shipped block datasets from their folder, as
-    dse.measure.spmv_blocks lists them."""
+    dse.spmv.blocks lists them."""
     assert _shipped_block_datasets() == shipped_block_datasets()

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dse.measure.spmv_bench import (
+from dse.spmv.bench import (
     RESULT_COLUMNS,
     BenchError,
     Calibration,
@@ -31,7 +31,7 @@ from dse.measure.spmv_bench import (
     run_spmv_plan,
     size_class,
 )
-from dse.measure.spmv_matrices import MatrixSpec, spmv_space
+from dse.spmv.matrices import MatrixSpec, spmv_space
 
 CACHES = {"l2": 2**20, "l3": 32 * 2**20}
 

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 import workloads
 from dse.measure.errors import BenchError
-from dse.measure.spmv_blocks import (
+from dse.spmv.blocks import (
     BLOCK_NNZ,
     DATASETS_DIR,
     PrunedSpec,
@@ -33,7 +33,7 @@ from dse.measure.spmv_blocks import (
     synthetic_specs,
     timed_csr_spmv,
 )
-from dse.measure.spmv_matrices import MatrixSpec
+from dse.spmv.matrices import MatrixSpec
 
 
 def _csr(dense) -> sp.csr_matrix:

@@ -27,8 +27,8 @@ from dse.calibrate.spmv_cnn import (
     shipped_spmv_cnns,
     spmv_cnn_json,
 )
-from dse.measure.spmv_blocks import BLOCK_NNZ, CHANNELS, block_context, block_features
-from dse.measure.spmv_matrices import MatrixSpec
+from dse.spmv.blocks import BLOCK_NNZ, CHANNELS, block_context, block_features
+from dse.spmv.matrices import MatrixSpec
 
 torch = pytest.importorskip("torch")
 

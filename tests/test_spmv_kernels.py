@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dse.measure.spmv_kernels import (
+from dse.spmv.kernels import (
     BcsrMatrix,
     bcsr_kernel,
     csr_spmv,
@@ -16,7 +16,7 @@ from dse.measure.spmv_kernels import (
     spmv_csr,
     to_bcsr,
 )
-from dse.measure.spmv_matrices import BLOCK_SIZES, banded, random_blocked
+from dse.spmv.matrices import BLOCK_SIZES, banded, random_blocked
 
 BLOCKS = [(r, c) for r in BLOCK_SIZES for c in BLOCK_SIZES]
 

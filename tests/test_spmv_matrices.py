@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dse.measure.spmv_matrices import (
+from dse.spmv.matrices import (
     BLOCK_SIZES,
     NNZ_PER_ROW,
     MatrixSpec,

@@ -1,7 +1,7 @@
 """The blockwise SpMV estimator: a small 1D convolutional network that reads a CSR matrix's
 structure block by block and predicts its SpMV time (the "CNN SpMV seed").
 
-A matrix is split into blocks of 250 consecutive nonzeros (``dse.measure.spmv_blocks``); each
+A matrix is split into blocks of 250 consecutive nonzeros (``dse.spmv.blocks``); each
 nonzero contributes log2(1 + |column delta|) and a row-start flag. Two convolutions (ReLU),
 mean and max pooling over the block, the block's context (log2 bytes of ``x`` and of the
 matrix: whether they stay in cache; the share of the block that holds nonzeros) and two
@@ -43,9 +43,9 @@ Progress = Callable[[int, int], None]
 
 
 def _blocks():
-    """:mod:`dse.measure.spmv_blocks`, imported where it is used: it imports scipy and numba,
+    """:mod:`dse.spmv.blocks`, imported where it is used: it imports scipy and numba,
     which importing this module (the command line builds ``dse --help`` with it) must not."""
-    from ..measure import spmv_blocks
+    from ..spmv import blocks as spmv_blocks
 
     return spmv_blocks
 
@@ -66,7 +66,7 @@ class SpmvCnn:
     def predict_blocks(self, features: np.ndarray, context: np.ndarray,
                        chunk: int = 1024, backend: str = "numpy") -> np.ndarray:
         """Seconds per block: ``features [blocks, CHANNELS, BLOCK_NNZ]``, ``context
-        [blocks, 3]`` (``dse.measure.spmv_blocks.block_features`` and ``block_context``).
+        [blocks, 3]`` (``dse.spmv.blocks.block_features`` and ``block_context``).
         ``backend="torch"`` runs the same network with torch (about 5x faster; used by
         validation, which predicts millions of blocks; tested to agree with numpy)."""
         forward = self._forward if backend == "numpy" else self._forward_torch
@@ -168,7 +168,7 @@ def block_inputs(matrices: pd.DataFrame, blocks: pd.DataFrame, per_matrix: int |
                  seed: int = 0, progress: Progress | None = None) -> BlockInputs:
     """The inputs of the measured blocks of ``matrices``; ``per_matrix`` keeps at most that
     many of each matrix's measured blocks (a seeded choice), to bound training time. Targets
-    are drift-corrected (``dse.measure.spmv_blocks.drift_factor``): the time each block
+    are drift-corrected (``dse.spmv.blocks.drift_factor``): the time each block
     takes on the machine at its typical speed."""
     rng = np.random.default_rng(seed)
     feats, ctxs, targets, ids = [], [], [], []

@@ -120,7 +120,7 @@ AFTER_RUN_S = 10.0
 
 
 def _cmd_spmv(args: argparse.Namespace) -> int:
-    from ..measure.spmv_bench import parse_duration
+    from ..spmv.bench import parse_duration
 
     budget = parse_duration(args.budget)
     out = args.out or Path(f"spmv-{datetime.datetime.now():%Y%m%d-%H%M%S}")
@@ -154,7 +154,7 @@ def _run_spmv(args: argparse.Namespace, budget: float, out: Path) -> int:
     import reports
 
     from ..measure.host import cpu_model
-    from ..measure.spmv_bench import (
+    from ..spmv.bench import (
         DEFAULT_BANDWIDTHS,
         format_summary,
         plan_spmv_benchmark,
@@ -215,7 +215,7 @@ def _check_spmv_dim(max_dim: int) -> None:
     at the densest rows, in ``MEMORY_SHARE`` of this machine's memory, as the default
     --max-dim is chosen)."""
     from ..measure.host import memory_bytes
-    from ..measure.spmv_bench import MEMORY_SHARE, NNZ_PER_ROW, PEAK_BYTES_PER_NNZ
+    from ..spmv.bench import MEMORY_SHARE, NNZ_PER_ROW, PEAK_BYTES_PER_NNZ
 
     memory = memory_bytes()
     need = max_dim * max(NNZ_PER_ROW) * PEAK_BYTES_PER_NNZ
@@ -244,8 +244,8 @@ def _cmd_spmv_blocks(args: argparse.Namespace) -> int:
     import workloads
 
     from ..measure.host import cpu_model, fingerprint
-    from ..measure.spmv_bench import parse_duration
-    from ..measure.spmv_blocks import (
+    from ..spmv.bench import parse_duration
+    from ..spmv.blocks import (
         BLOCK_NNZ,
         pruned_specs,
         run_block_benchmark,
@@ -312,9 +312,9 @@ def _check_block_run(traces, repeats: int, budget_s: float, max_dim: int) -> Non
     import math
 
     from ..measure.host import memory_bytes
-    from ..measure.spmv_bench import PEAK_BYTES_PER_NNZ
-    from ..measure.spmv_blocks import BLOCK_NNZ, MIN_SAMPLE_S
     from ..output import format_seconds
+    from ..spmv.bench import PEAK_BYTES_PER_NNZ
+    from ..spmv.blocks import BLOCK_NNZ, MIN_SAMPLE_S
 
     largest_n = 512 * 2 ** max(0, int(math.log2(max_dim / 512)))
     layers = [int(o.m) * int(o.k) for t in traces for o in t.ops.itertuples()

@@ -28,12 +28,12 @@ from .progress import StatusLine
 
 __all__ = ["add_arguments", "run"]
 
-#: Where ``dse.measure.spmv_blocks`` keeps the shipped block datasets (its ``DATASETS_DIR``).
+#: Where ``dse.spmv.blocks`` keeps the shipped block datasets (its ``DATASETS_DIR``).
 _BLOCK_DATASETS_DIR = Path(__file__).resolve().parents[1] / "measure" / "datasets" / "spmv"
 
 
 def _shipped_block_datasets() -> list[str]:
-    """``dse.measure.spmv_blocks.shipped_block_datasets()`` without importing that module
+    """``dse.spmv.blocks.shipped_block_datasets()`` without importing that module
     (scipy and numba), which building ``dse --help`` must not."""
     return sorted(p.stem for p in _BLOCK_DATASETS_DIR.glob("*.parquet"))
 
@@ -59,7 +59,7 @@ def _row(label: str, summary: dict) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..measure.spmv_blocks import load_block_dataset, shipped_block_datasets
+    from ..spmv.blocks import load_block_dataset, shipped_block_datasets
 
     if args.whole_models:
         raise CalibrationError("--whole-models compares kernel predictors; it does not go with "
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _validate(args, name: str, matrices: pd.DataFrame, blocks: pd.DataFrame, inputs) -> dict:
-    from ..measure.spmv_blocks import drift_factor
+    from ..spmv.blocks import drift_factor
 
     meter = StatusLine("validated", "steps")
     per_block, per_matrix = cross_validate(matrices, inputs, folds=args.folds,

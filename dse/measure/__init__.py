@@ -1,6 +1,7 @@
-"""Measuring real kernels on the machine at hand: timed CPU (and CUDA) kernels and the BeBOP
-sparse matrix-vector benchmark, feeding calibration.
+"""Measuring real kernels on the machine at hand: probes, timed CPU (and CUDA) kernels and
+whole models, feeding calibration. The BeBOP sparse matrix-vector benchmark has its own
+package, :mod:`dse.spmv`.
 
-Submodules are imported explicitly (``from dse.measure import spmv_bench``); nothing is
+Submodules are imported explicitly (``from dse.measure import measure``); nothing is
 imported eagerly here.
 """

@@ -1,10 +1,10 @@
 """The BeBOP sparse matrix-vector benchmark, on the machine at hand, within a time budget.
 
 After Gahvari, Hoemmen, Demmel and Yelick, *Benchmarking Sparse Matrix-Vector Multiply in Five
-Minutes* (2007). The space is synthetic matrices of dense ``r x c`` blocks (``spmv_matrices``):
+Minutes* (2007). The space is synthetic matrices of dense ``r x c`` blocks (``dse.spmv.matrices``):
 dimensions ``2^9 .. max_dim``, 24 to 34 nonzeros a row, ``r, c`` in {1, 2, 3, 4, 6, 8}, random
 and banded. Each matrix runs the CSR kernel and the ``r x c`` register-blocked BCSR kernel
-(``spmv_kernels``), both checked against scipy's product before they are timed.
+(``dse.spmv.kernels``), both checked against scipy's product before they are timed.
 
 Three steps, each usable alone:
 
@@ -35,10 +35,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .budget import parse_duration as budget_duration
-from .errors import BenchError
-from .spmv_kernels import bcsr_kernel, compile_seconds, csr_spmv, to_bcsr
-from .spmv_matrices import BLOCK_SIZES, MIN_DIM, NNZ_PER_ROW, MatrixSpec, min_bandwidth, spmv_space
+from ..measure.budget import parse_duration as budget_duration
+from ..measure.errors import BenchError
+from .kernels import bcsr_kernel, compile_seconds, csr_spmv, to_bcsr
+from .matrices import BLOCK_SIZES, MIN_DIM, NNZ_PER_ROW, MatrixSpec, min_bandwidth, spmv_space
 
 __all__ = [
     "DEFAULT_BANDWIDTHS",

@@ -40,9 +40,9 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .errors import BenchError
-from .spmv_kernels import csr_spmv
-from .spmv_matrices import MatrixSpec, min_bandwidth
+from ..measure.errors import BenchError
+from .kernels import csr_spmv
+from .matrices import MatrixSpec, min_bandwidth
 
 __all__ = [
     "BLOCK_NNZ",
@@ -453,8 +453,9 @@ class BlockDataset:
         return self.blocks.merge(self.matrices, on="matrix", how="left")
 
 
-#: Where the shipped block datasets live (one per measured machine).
-DATASETS_DIR = Path(__file__).parent / "datasets" / "spmv"
+#: Where the shipped block datasets live (one per measured machine): beside the other shipped
+#: measurement datasets, in ``dse/measure/datasets/spmv/``.
+DATASETS_DIR = Path(__file__).resolve().parent.parent / "measure" / "datasets" / "spmv"
 #: Columns a block dataset file must have (the matrices' description, the timings).
 _REQUIRED = ("matrix", "block", "block_s", "source", "family", "rows", "cols", "nnz", "r",
              "c", "bandwidth", "nnz_per_row", "n", "model", "op", "mask", "sparsity", "seed",
