@@ -19,15 +19,20 @@ record per busy interval of a resource.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from heapq import heappop, heappush
+from itertools import count
 
 import numpy as np
 import simpy
+from simpy.core import EmptySchedule, StopSimulation
+from simpy.events import Event
 
 from .plan import Plan
 
-__all__ = ["OVERLAPS", "PHASES", "RESOURCES", "CountingEnvironment", "EventLog", "run"]
+__all__ = ["OVERLAPS", "PHASES", "RESOURCES", "EventLog", "count_events", "run"]
 
 OVERLAPS = ("pipelined", "full")
 RESOURCES = ("dram", "tensor", "sparse_tensor", "vector")
@@ -40,16 +45,164 @@ _OP_PRIORITY, _PREFETCH_PRIORITY = 0, 1
 MAX_PREFETCH_PIECES = 64
 
 
-class CountingEnvironment(simpy.Environment):
-    """An environment that counts the events it processes (the benchmark's unit of work)."""
+def count_events(env: simpy.Environment, until: Event) -> int:
+    """Run ``env`` until ``until`` is processed, as ``env.run(until)`` does, and return how
+    many events were processed (the benchmark's unit of work; ``until`` itself not counted).
+    A local counter: overriding ``step`` to count cost ~9% of the simulator's time."""
+    if until.callbacks is None:
+        return 0
+    until.callbacks.append(StopSimulation.callback)
+    step = env.step
+    n = 0
+    try:
+        while True:
+            step()
+            n += 1
+    except StopSimulation:
+        return n
+    except EmptySchedule:
+        raise RuntimeError(f"no scheduled events left but {until} was not triggered") from None
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.processed = 0
 
-    def step(self) -> None:
-        super().step()  # raises EmptySchedule when nothing is left: not an event
-        self.processed += 1
+# --- SimPy's resources, replayed ------------------------------------------------------------------
+# The simulator once used simpy.PriorityResource, Resource, Container and Store. Their events
+# cost 3-4x a bare timeout (a chain of constructors, BoundClass, queue scans, a sort per request,
+# context managers). These classes schedule the very same events (plain simpy Events) at the same
+# moments and in the same order as those did in this model, so the event queue, and with it every
+# time, the event count and the log, is unchanged (tests/test_sim_speed_equivalence.py). What
+# SimPy ran as a callback of a processed event is a callback here too. Callbacks that could never
+# act here are left out: a processed request's scan of pending releases (a release is granted as
+# it is made), a processed get's scan of pending puts (puts never wait: a store is unbounded and a
+# slot is only put back after it was taken).
+
+
+class _Now(Event):
+    """An event triggered as it is made, as ``Event(env).succeed()`` triggers one (scheduled
+    now, at normal priority), in one constructor: SimPy's own ``Timeout`` without the delay."""
+
+    def __init__(self, env: simpy.Environment, callback: Callable | None = None) -> None:
+        self.env = env
+        self.callbacks = [] if callback is None else [callback]
+        self._ok = True
+        self._value = None
+        env.schedule(self)
+
+
+class _Unit:
+    """``simpy.Resource(env, 1)``: FIFO requests; a release frees the unit at once and the next
+    request is granted when the release event is processed."""
+
+    __slots__ = ("env", "grant", "queue", "user")
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.queue: deque[Event] = deque()
+        self.user: Event | None = None
+        self.grant = self._grant  # bound once: a release event's callback
+
+    def request(self) -> Event:
+        if self.user is None and not self.queue:
+            self.user = req = _Now(self.env)
+        else:
+            req = Event(self.env)
+            self.queue.append(req)
+            if self.user is None:  # a release not yet processed: the head goes first
+                self.user = head = self.queue.popleft()
+                head.succeed()
+        return req
+
+    def release(self) -> None:
+        self.user = None
+        _Now(self.env, self.grant)
+
+    def _grant(self, _event: Event) -> None:
+        if self.queue and self.user is None:
+            self.user = head = self.queue.popleft()
+            head.succeed()
+
+
+class _Dram(_Unit):
+    """``simpy.PriorityResource(env, 1)``: requests ordered by (priority, time of request),
+    ties in request order (SimPy's stable sort)."""
+
+    __slots__ = ("waiting", "seq")
+
+    def __init__(self, env: simpy.Environment) -> None:
+        super().__init__(env)
+        self.waiting: list[tuple] = []
+        self.seq = count()
+
+    def request(self, priority: int = _OP_PRIORITY) -> Event:  # type: ignore[override]
+        waiting = self.waiting
+        if self.user is None and not waiting:
+            self.user = req = _Now(self.env)
+        else:
+            req = Event(self.env)
+            heappush(waiting, (priority, self.env.now, next(self.seq), req))
+            if self.user is None:
+                self.user = head = heappop(waiting)[3]
+                head.succeed()
+        return req
+
+    def _grant(self, _event: Event) -> None:
+        if self.waiting and self.user is None:
+            self.user = head = heappop(self.waiting)[3]
+            head.succeed()
+
+
+class _Store:
+    """``simpy.Store(env)`` with one getting process: a put is stored at once, and a waiting get
+    is served when the put event is processed."""
+
+    __slots__ = ("env", "getters", "items", "serve")
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.items: deque = deque()
+        self.getters: deque[Event] = deque()
+        self.serve = self._serve  # bound once: a put event's callback
+
+    def put(self, item: object) -> None:
+        self.items.append(item)
+        _Now(self.env, self.serve)
+
+    def get(self) -> Event:
+        ev = Event(self.env)
+        self.getters.append(ev)
+        self._serve(None)
+        return ev
+
+    def _serve(self, _event: Event | None) -> None:
+        if self.getters and self.items:
+            self.getters.popleft().succeed(self.items.popleft())
+
+
+class _Slots:
+    """``simpy.Container(env, depth, init=depth)``, taken and given back one at a time."""
+
+    __slots__ = ("env", "getters", "level", "serve")
+
+    def __init__(self, env: simpy.Environment, depth: int) -> None:
+        self.env = env
+        self.level = depth
+        self.getters: deque[Event] = deque()
+        self.serve = self._serve  # bound once: a put event's callback
+
+    def get(self) -> Event:
+        ev = Event(self.env)
+        self.getters.append(ev)
+        self._serve(None)
+        return ev
+
+    def put(self) -> None:
+        self.level += 1
+        _Now(self.env, self.serve)
+
+    def _serve(self, _event: Event | None) -> None:
+        getters = self.getters
+        while getters and self.level >= 1:
+            self.level -= 1
+            getters.popleft().succeed()
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,10 +235,9 @@ class _Model:
         self.progress = progress
         self.overlap = overlap
         self.prefetch_depth = prefetch_depth
-        self.env = env = CountingEnvironment()
-        self.dram = simpy.PriorityResource(env, capacity=1)
-        self.units = (None, simpy.Resource(env, 1), simpy.Resource(env, 1),
-                      simpy.Resource(env, 1))
+        self.env = env = simpy.Environment()
+        self.dram = _Dram(env)
+        self.units = (None, _Unit(env), _Unit(env), _Unit(env))
         self.log: list[tuple] = []
         s = len(plan.ops)
         self.inv_bw = plan.work.inv_bw
@@ -105,14 +257,17 @@ class _Model:
             self.prefetch_at[int(plan.prefetch_from[j])].append(int(j))
 
     # --- building blocks ----------------------------------------------------------------------
+    # Each is the SimPy idiom ``with resource.request() as req: yield req; ...; yield
+    # env.timeout(busy)`` (the release as the block ends). The pipelined processes below inline
+    # them: a generator layer per tile phase cost ~10% of the run.
 
     def _dram(self, op: int, tile: int, phase: int, nbytes: float, priority: int = _OP_PRIORITY):
-        env = self.env
-        with self.dram.request(priority=priority) as req:
-            yield req
-            start = env.now
-            yield env.timeout(nbytes * self.inv_bw)
-            self.log.append((DRAM, op, tile, phase, start, env.now, nbytes))
+        env, dram = self.env, self.dram
+        yield dram.request(priority)
+        start = env.now
+        yield env.timeout(nbytes * self.inv_bw)
+        self.log.append((DRAM, op, tile, phase, start, env.now, nbytes))
+        dram.release()
 
     def _compute(self, op: int, tile: int, tensor_s: float, vector_s: float):
         """Tensor-unit and vector work of one tile, side by side; done when both are."""
@@ -120,19 +275,21 @@ class _Model:
         code = self.tensor_code[op]
         if tensor_s > 0 and vector_s > 0:
             unit, vec = self.units[code], self.units[VECTOR]
-            with unit.request() as r1, vec.request() as r2:
-                yield r1 & r2
-                start = env.now
-                yield env.timeout(max(tensor_s, vector_s))
-                self.log.append((code, op, tile, COMPUTE, start, start + tensor_s, 0.0))
-                self.log.append((VECTOR, op, tile, COMPUTE, start, start + vector_s, 0.0))
+            yield unit.request() & vec.request()
+            start = env.now
+            yield env.timeout(max(tensor_s, vector_s))
+            self.log.append((code, op, tile, COMPUTE, start, start + tensor_s, 0.0))
+            self.log.append((VECTOR, op, tile, COMPUTE, start, start + vector_s, 0.0))
+            vec.release()  # the ``with`` blocks released in reverse order
+            unit.release()
         elif tensor_s > 0 or vector_s > 0:
             code, busy = (code, tensor_s) if tensor_s > 0 else (VECTOR, vector_s)
-            with self.units[code].request() as req:
-                yield req
-                start = env.now
-                yield env.timeout(busy)
-                self.log.append((code, op, tile, COMPUTE, start, env.now, 0.0))
+            unit = self.units[code]
+            yield unit.request()
+            start = env.now
+            yield env.timeout(busy)
+            self.log.append((code, op, tile, COMPUTE, start, env.now, 0.0))
+            unit.release()
 
     def _prefetch(self, j: int, pieces: int):
         nbytes = float(self.plan.prefetch_bytes[j])
@@ -158,30 +315,69 @@ class _Model:
     def _op_pipelined(self, op: int, depth: int):
         env = self.env
         n = self.tiles[op]
-        slots = simpy.Container(env, capacity=depth, init=depth)
-        loaded, computed = simpy.Store(env), simpy.Store(env)
+        slots = _Slots(env, depth)
+        loaded, computed = _Store(env), _Store(env)
         load, store = self.load[op] / n, self.store[op] / n
         tensor_s, vector_s = self.tensor_s[op] / n, self.vector_s[op] / n
+        # Locals for the per-tile loops (each the inlined building block above).
+        timeout, log = env.timeout, self.log.append
+        dram_request, dram_release = self.dram.request, self.dram.release
+        load_s, store_s = load * self.inv_bw, store * self.inv_bw
 
         def loader():
             for t in range(n):
-                yield slots.get(1)
+                yield slots.get()
                 if load > 0:
-                    yield from self._dram(op, t, LOAD, load)
+                    yield dram_request(_OP_PRIORITY)
+                    start = env.now
+                    yield timeout(load_s)
+                    log((DRAM, op, t, LOAD, start, env.now, load))
+                    dram_release()
                 loaded.put(t)
 
         def computer():
-            for _ in range(n):
-                t = yield loaded.get()
-                yield from self._compute(op, t, tensor_s, vector_s)
-                computed.put(t)
+            code = self.tensor_code[op]
+            if tensor_s > 0 and vector_s > 0:
+                unit, vec = self.units[code], self.units[VECTOR]
+                busy = max(tensor_s, vector_s)
+                for _ in range(n):
+                    t = yield loaded.get()
+                    yield unit.request() & vec.request()
+                    start = env.now
+                    yield timeout(busy)
+                    log((code, op, t, COMPUTE, start, start + tensor_s, 0.0))
+                    log((VECTOR, op, t, COMPUTE, start, start + vector_s, 0.0))
+                    vec.release()
+                    unit.release()
+                    computed.put(t)
+                return
+            code, busy = (code, tensor_s) if tensor_s > 0 else (VECTOR, vector_s)
+            if busy > 0:
+                unit = self.units[code]
+                request, release = unit.request, unit.release
+                for _ in range(n):
+                    t = yield loaded.get()
+                    yield request()
+                    start = env.now
+                    yield timeout(busy)
+                    log((code, op, t, COMPUTE, start, env.now, 0.0))
+                    release()
+                    computed.put(t)
+            else:
+                for _ in range(n):
+                    t = yield loaded.get()
+                    computed.put(t)
 
         def storer():
             for _ in range(n):
                 t = yield computed.get()
                 if store > 0:
-                    yield from self._dram(op, t, STORE, store)
-                slots.put(1)
+                    yield dram_request(_OP_PRIORITY)
+                    start = env.now
+                    yield timeout(store_s)
+                    log((DRAM, op, t, STORE, start, env.now, store))
+                    dram_release()
+                slots.put()
 
         env.process(loader())
         env.process(computer())
@@ -260,14 +456,14 @@ class _Model:
 
     def run(self) -> EventLog:
         runner = self._run_pipelined if self.overlap == "pipelined" else self._run_full
-        self.env.run(self.env.process(runner()))
+        events = count_events(self.env, self.env.process(runner()))
         log = self.log
         columns = list(zip(*log, strict=True)) if log else [()] * 7
         as_int = [np.array(c, dtype=np.int64) for c in columns[:4]]
         as_float = [np.array(c, dtype=np.float64) for c in columns[4:]]
         return EventLog(*as_int, *as_float, op_begin=np.array(self.begin),
                         op_launch=np.array(self.launch), op_end=np.array(self.end),
-                        events=self.env.processed)
+                        events=events)
 
 
 def run(plan: Plan, overlap: str = "pipelined", prefetch_depth: int = 1,
