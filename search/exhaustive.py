@@ -31,7 +31,8 @@ CHUNK_POINTS = 200_000
 # magnitude smaller and faster to serialize than Python strings.
 _CATEGORICAL = ("model", "hardware", "format", "family", "fusion", "scope", "bound",
                 "hw_fallback", "accuracy_status", "role", "baseline", "verdict",
-                "energy_unpriced", "predictors", "calibration")
+                "energy_unpriced", "predictors", "calibration", "accuracy_source",
+                "weight_dtype", "kv_dtype")
 
 
 @dataclass(frozen=True)

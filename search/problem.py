@@ -19,20 +19,38 @@ import pandas as pd
 
 from accelerator_models import Accelerator
 from dse.accuracy import DEFAULT_TABLE, AccuracyTable, AccuracyTableError, load_accuracy_table
+from dse.accuracy.llm_table import (
+    DEFAULT_LLM_METRIC,
+    LLM_METRICS,
+    LLM_TABLE,
+    LLMAccuracy,
+    LLMAccuracyTable,
+    load_llm_accuracy_table,
+    weights_key,
+)
 from dse.calibrate.predictor import DevicePredictors, load_predictors
 from dse.explore import ROOFLINE, Block, Calibrated, Evaluator, Simulator, evaluate_grid
-from dse.roofline import DEFAULT_NUMERICS
+from dse.roofline import DEFAULT_NUMERICS, Numerics, NumericsError
 from dse.roofline.energy import ENERGY_COLUMNS, energy_frame, evaluate_layer_frames
 from dse.roofline.evaluator import label_column
 from dse.roofline.memory import activation_peak, memory_frame
 from dse.sim import SimConfig
 from formats import NM
 from formats import parse as parse_format
-from workloads import Trace, TraceError, load_trace
+from workloads import Trace, TraceError, load_model
+from workloads.llm import check_priceable
 
 from .errors import SearchError, TargetError
 from .scoring import score
-from .space import HardwareBuilder, HardwarePoint, SearchSpace, expand_formats, parse_space
+from .space import (
+    LLM_TABLE_NAME,
+    HardwareBuilder,
+    HardwarePoint,
+    SearchSpace,
+    expand_formats,
+    parse_space,
+    with_overrides,
+)
 from .target import Objective, Target, make_objective, parse_target
 
 __all__ = ["Problem", "SearchError", "Settings"]
@@ -68,8 +86,9 @@ class Problem:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.space: SearchSpace = parse_space(settings.space_text, settings.space_where,
-                                              Path(settings.space_folder))
+        self.space: SearchSpace = with_overrides(
+            parse_space(settings.space_text, settings.space_where, Path(settings.space_folder)),
+            settings.extra.get("overrides", {}))
         try:
             self.target: Target | None = (None if settings.target is None else
                                           parse_target(settings.target, settings.max_acc_drop))
@@ -79,34 +98,105 @@ class Problem:
         self.traces: list[Trace] = []
         for model in self.space.models:
             try:
-                self.traces.append(load_trace(model))
+                trace = load_model(model, self.space.phase, self.space.context)
+                check_priceable(trace, self.space.batches, [self.space.fusion])
             except TraceError as exc:
                 raise SearchError(f"search space {self.space.where}: models: {exc}") from None
-        self.table = self._table()
+            self.traces.append(trace)
+        #: Whether the models are language models (all of them: a space does not mix).
+        self.language = self._language()
+        self.numerics = self._numerics()
+        self.table: AccuracyTable | LLMAccuracyTable = self._table()
+        self.metric = self.space.metric or (DEFAULT_LLM_METRIC if self.language else "top1")
+        if self.language and self.metric not in LLM_METRICS:
+            raise SearchError(f"search space {self.space.where}: accuracy.metric "
+                              f"{self.metric!r}: language models take "
+                              f"{', '.join(LLM_METRICS)}")
+        #: The accuracy of a language model is its degradation from dense (perplexity increase
+        #: or zero-shot points lost): lower is better, and targets and rankings say so.
+        self.lower_is_better = self.language
+        #: Language models: where each format's figure comes from, per model.
+        self.accuracy_sources: dict[str, dict[str, LLMAccuracy]] = {}
         self.candidates = expand_formats(self.space, self._table_levels)
         baseline = () if self.target is None else (self.target.baseline,)
         self.evaluated = tuple(dict.fromkeys(self.candidates + tuple(b.name for b in baseline)))
         # "candidates" in sparse_tensor.patterns: every N:M format evaluated, baseline included.
         nm = [f for f in self.evaluated if isinstance(parse_format(f), NM)]
         self.builder = HardwareBuilder(self.space, nm)
-        self.accuracy = {t.model: self._accuracies(t.model) for t in self.traces}
+        self.accuracy = {t.model: self._accuracies(t) for t in self.traces}
         self._check_objective()
         self.predictors  # noqa: B018 - a calibrated study's predictors load (or fail) here
         self._outside: dict[tuple[str, str], float] = {}
+        # Language models: peak memory per (format, batch) of each trace, priced once.
+        self._llm_peaks: dict[str, dict[tuple[str, int], float]] = {}
 
     # --- inputs --------------------------------------------------------------------------------
 
-    def _table(self) -> AccuracyTable:
+    def _language(self) -> bool:
+        kinds = {bool(t.provenance.get("phase")) for t in self.traces}
+        if len(kinds) > 1:
+            raise SearchError(f"search space {self.space.where}: models mixes language models "
+                              "and traces; search them in separate studies")
+        language = kinds == {True}
+        if not language and (self.space.kv_dtype is not None):
+            raise SearchError(f"kv_dtype {self.space.kv_dtype}: "
+                              f"{self.traces[0].model} has no KV cache; the option is for "
+                              "language models (--model NAME --phase --context)")
+        return language
+
+    def _numerics(self) -> Numerics:
+        s = self.space
+        try:
+            numerics = Numerics(weight_dtype=s.weight_dtype,
+                                weight_group_size=s.weight_group_size, kv_dtype=s.kv_dtype)
+        except NumericsError as exc:
+            raise SearchError(f"search space {s.where}: numerics: {exc}") from None
+        if self.settings.extra.get("calibrated") and (numerics.quantised
+                                                      or s.kv_dtype is not None):
+            option = "--weight-dtype" if numerics.quantised else "--kv-dtype"
+            raise SearchError(f"{option} with --calibrated: the kernel predictors were "
+                              f"measured with weights and KV cache in {numerics.dtype}, so they "
+                              f"cannot price other dtypes; leave out {option} or --calibrated")
+        return numerics
+
+    def _table(self) -> AccuracyTable | LLMAccuracyTable:
         path = self.space.accuracy_table
         try:
+            if self.language:
+                return load_llm_accuracy_table(
+                    LLM_TABLE if path in ("default", LLM_TABLE_NAME) else path)
+            if path == LLM_TABLE_NAME:
+                raise SearchError(f"search space {self.space.where}: accuracy.table \"llm\" "
+                                  "holds language models; these models are traces (use "
+                                  "\"default\" or a table of theirs)")
             return load_accuracy_table(DEFAULT_TABLE if path == "default" else path)
         except AccuracyTableError as exc:
             raise SearchError(f"search space {self.space.where}: accuracy.table: {exc}") from None
 
+    def _config(self, trace: Trace) -> str:
+        """The name a trace's rows carry in an accuracy table: a language model's
+        configuration name (``llama-3-8b``), a trace's model name otherwise."""
+        return trace.provenance.get("config", trace.model) if self.language else trace.model
+
+    @property
+    def weights(self) -> str:
+        """The accuracy table's ``weights`` value for this search's weight storage."""
+        return weights_key(self.numerics.weight_dtype, self.numerics.weight_group_size)
+
     def _rows(self) -> pd.DataFrame:
+        if isinstance(self.table, LLMAccuracyTable):
+            frame = self.table.frame
+            names = [self._config(t) for t in self.traces]
+            rows = frame[frame["model"].isin(names) & (frame["metric"] == self.metric)
+                         & (frame["weights"] == self.weights)]
+            fmts = [parse_format(p) for p in rows["pattern"]]
+            return pd.DataFrame({
+                "family": [f.family for f in fmts],
+                "block": pd.array([getattr(f, "block", None) for f in fmts], dtype="Int64"),
+                "sparsity": [f.sparsity for f in fmts]})
         frame = self.table.frame
         models = [t.model for t in self.traces]
-        rows = frame[frame["model"].isin(models) & (frame["metric"] == self.space.metric)]
+        rows = frame[frame["model"].isin(models) & (frame["metric"] == self.metric)]
         if self.space.dataset is not None:
             rows = rows[rows["dataset"] == self.space.dataset]
         return rows
@@ -133,11 +223,14 @@ class Problem:
     def _needs_accuracy(self) -> bool:
         return self.target is not None or self.objective.needs_accuracy
 
-    def _accuracies(self, model: str) -> dict[str, tuple[float, str]]:
+    def _accuracies(self, trace: Trace) -> dict[str, tuple[float, str]]:
+        if isinstance(self.table, LLMAccuracyTable):
+            return self._llm_accuracies(trace)
+        model = trace.model
         found: dict[str, tuple[float, str]] = {}
         for name in self.evaluated:
             try:
-                hit = self.table.lookup(model, name, self.space.metric, self.space.dataset)
+                hit = self.table.lookup(model, name, self.metric, self.space.dataset)
             except AccuracyTableError as exc:
                 raise SearchError(f"search space {self.space.where}: accuracy: {exc}; set "
                                   "accuracy.dataset") from None
@@ -148,6 +241,40 @@ class Problem:
                                   f"{self.table.where} ({hit.note}); remove it from the space "
                                   "or add a row to the table")
             found[name] = (hit.value, hit.status)
+        return found
+
+    def _llm_accuracies(self, trace: Trace) -> dict[str, tuple[float, str]]:
+        """Each evaluated format's degradation from dense (lower is better) from the published
+        figures, for this search's weight storage. A candidate without a figure keeps NaN and
+        status ``missing`` (reported as "no accuracy", never ranked); a model without figures,
+        or a baseline without one, cannot be searched against a target."""
+        table = self.table
+        name = self._config(trace)
+        found: dict[str, tuple[float, str]] = {}
+        sources: dict[str, LLMAccuracy] = {}
+        for fmt in self.evaluated:
+            hit = table.lookup(name, fmt, self.weights, self.metric)
+            found[fmt] = (hit.degradation, hit.status)
+            sources[fmt] = hit
+        dense = table.lookup(name, "dense", self.weights, self.metric)
+        found["dense"] = (dense.degradation, dense.status)
+        sources["dense"] = dense
+        self.accuracy_sources[trace.model] = sources
+        if not self._needs_accuracy():
+            return found
+        if name not in table.models():
+            raise SearchError(f"model {name} has no accuracy table: {table.where} holds "
+                              f"published figures for {', '.join(table.models())} only; search "
+                              "it without --target (and without an accuracy objective), or add "
+                              "published rows for it")
+        if self.metric not in table.metrics(name):
+            raise SearchError(f"model {name} has no {self.metric} figures in {table.where} "
+                              f"(it has {', '.join(table.metrics(name))}); set accuracy.metric")
+        if self.target is not None and math.isnan(found[self.target.baseline.name][0]):
+            hit = sources[self.target.baseline.name]
+            raise SearchError(f"the target's baseline {self.target.baseline.name} has no "
+                              f"accuracy for {name}: {hit.note}; pick a baseline with a "
+                              "published figure or search without --target")
         return found
 
     def _check_objective(self) -> None:
@@ -176,8 +303,8 @@ class Problem:
         accelerators = tuple(self.builder.build(p.base, p.values) for p in points)
         (frame,) = evaluate_grid([Block(trace, accelerators, tuple(formats))],
                                  list(self.space.batches), fusion=self.space.fusion,
-                                 scope=self.space.scope, evaluator=self.evaluator,
-                                 categorical=True)
+                                 scope=self.space.scope, numerics=self.numerics,
+                                 evaluator=self.evaluator, categorical=True)
         # evaluate's rows run hardware-major: each point's formats x batches together.
         per_point = len(frame) // len(points)
         local = np.repeat(np.arange(len(points)), per_point)
@@ -186,11 +313,60 @@ class Problem:
             values = [_cell(p.values[j]) for p in points]
             frame[column] = (label_column(local, values) if isinstance(values[0], str)
                              else np.array(values)[local])
-        self._add_memory(frame, trace, accelerators, local)
+        if self.language:
+            self._add_language_model(frame, trace, accelerators, local)
+        else:
+            self._add_memory(frame, trace, accelerators, local)
         if self.objective.needs_energy:
             self._add_energy(frame, trace, accelerators, local, tuple(formats))
         return score(frame, set(self.candidates), self.accuracy[trace.model], self.target,
-                     speed=self.speed)
+                     speed=self.speed, lower_is_better=self.lower_is_better)
+
+    def _add_language_model(self, frame: pd.DataFrame, trace: Trace,
+                            accelerators: tuple[Accelerator, ...], local: np.ndarray) -> None:
+        """A language-model step's columns, in place: ``tokens_per_s`` and ``time_per_token_s``
+        (decode) or ``ttft_s`` (prefill), ``weight_dtype``, ``kv_dtype``, and the memory fit
+        (``peak_memory_bytes``: weights, activations and the batch's KV cache at the context;
+        ``fits`` against each hardware point's DRAM, NA without a capacity), as ``dse
+        evaluate`` gives them."""
+        from dse.design_columns import with_energy_and_memory, with_language_model_columns
+        from dse.roofline import evaluate
+
+        if trace.model not in self._llm_peaks:
+            formats = list(dict.fromkeys(("dense", *self.evaluated)))
+            batches = list(self.space.batches)
+            designs = evaluate(trace, [accelerators[0]], formats, batches,
+                               fusion=self.space.fusion, scope=self.space.scope,
+                               numerics=self.numerics)
+            designs = with_energy_and_memory(designs, trace, [accelerators[0]], formats, batches,
+                                             [self.space.fusion], self.space.scope,
+                                             self.numerics)
+            designs = with_language_model_columns(designs, trace, self.numerics)
+            self._llm_peaks[trace.model] = {(str(f), int(b)): float(m) for f, b, m in zip(
+                designs["format"], designs["batch"], designs["peak_memory_bytes"], strict=True)}
+        peaks = self._llm_peaks[trace.model]
+        peak = np.array([peaks[(str(f), int(b))] for f, b in zip(frame["format"], frame["batch"],
+                                                                 strict=True)])
+        capacity = np.array([np.nan if a.dram_capacity_bytes is None else a.dram_capacity_bytes
+                             for a in accelerators])[local]
+        known = ~np.isnan(capacity)
+        decode = trace.provenance["phase"] == "decode"
+        latency = frame["latency_s"].to_numpy(dtype=np.float64)
+        nothing = np.full(len(frame), np.nan)
+        frame["tokens_per_s"] = frame["batch"].to_numpy(dtype=np.float64) / latency \
+            if decode else nothing
+        frame["time_per_token_s"] = latency if decode else nothing
+        frame["ttft_s"] = nothing if decode else latency
+        frame["weight_dtype"] = self.numerics.weight_label
+        frame["kv_dtype"] = self.numerics.kv_dtype or self.numerics.dtype
+        frame["peak_memory_bytes"] = peak
+        frame["fits"] = pd.arrays.BooleanArray(peak <= np.where(known, capacity, np.inf),
+                                               mask=~known)
+        sources = self.accuracy_sources.get(trace.model, {})
+        names = [str(f) for f in frame["format"]]
+        frame["accuracy_source"] = [
+            f"{sources[n].method}, {sources[n].source}" if n in sources
+            and sources[n].status != "missing" else "" for n in names]
 
     def _add_memory(self, frame: pd.DataFrame, trace: Trace,
                     accelerators: tuple[Accelerator, ...], local: np.ndarray) -> None:

@@ -27,14 +27,15 @@ from .target import Objective, Target
 __all__ = ["VERDICTS", "pareto_mask", "rank", "score"]
 
 VERDICTS = ("meets", "too slow", "too inaccurate", "too slow and too inaccurate", "no target",
-            "does not fit")
+            "does not fit", "no accuracy")
 # A design at exactly r times the baseline meets the target; floating-point noise in the two
 # latencies must not decide that (2:4 at 1.0x_over_2:4 is 1.0 to the last bit, by construction).
 _RELATIVE_TOLERANCE = 1e-12
 
 
 def score(rows: pd.DataFrame, candidates: set[str], accuracy: Mapping[str, tuple[float, str]],
-          target: Target | None, speed: str = "speedup") -> pd.DataFrame:
+          target: Target | None, speed: str = "speedup",
+          lower_is_better: bool = False) -> pd.DataFrame:
     """Add target and accuracy columns to one model's evaluated rows, in place; returns them.
 
     ``rows`` needs ``format``, ``hw_point``, ``batch`` and ``speedup``; every (hw_point, batch)
@@ -48,6 +49,12 @@ def score(rows: pd.DataFrame, candidates: set[str], accuracy: Mapping[str, tuple
     ``speed``: the column the target compares (``speedup`` or ``expected_speedup``); with
     ``expected_speedup`` and a target, the bound's verdict is added as
     ``bound_baseline_speedup``, ``bound_speedup_over_baseline`` and ``bound_meets_target``.
+
+    ``lower_is_better``: the accuracy is a degradation (a language model's perplexity increase
+    over dense), so ``accuracy_drop`` is the candidate's minus the baseline's. Either way
+    ``accuracy_drop`` is how much worse than the baseline, and the target allows at most
+    ``target.max_acc_drop`` of it. A candidate with no accuracy (NaN) gets the verdict ``no
+    accuracy`` and never meets a target: it is kept in the results, not dropped or guessed.
     """
     out = attach_accuracy(rows, accuracy)
     formats = pd.Categorical(out["format"])
@@ -76,7 +83,8 @@ def score(rows: pd.DataFrame, candidates: set[str], accuracy: Mapping[str, tuple
         raise ValueError(f"rows lack the baseline {baseline} for some hardware point and batch")
     base_acc = accuracy.get(baseline, (np.nan, "missing"))[0]
     ratio = speedup / baseline_speedup
-    drop = base_acc - out["accuracy"].to_numpy()
+    values = out["accuracy"].to_numpy(dtype=np.float64)
+    drop = values - base_acc if lower_is_better else base_acc - values
     meets_speed = ratio >= target.ratio * (1.0 - _RELATIVE_TOLERANCE)
     meets_acc = drop <= target.max_acc_drop + 1e-9
     out["baseline"] = label_column(np.zeros(len(out), dtype=np.int64), [baseline])
@@ -96,10 +104,11 @@ def score(rows: pd.DataFrame, candidates: set[str], accuracy: Mapping[str, tuple
         out["bound_speedup_over_baseline"] = bound_ratio
         out["bound_meets_target"] = ((bound_ratio >= target.ratio * (1.0 - _RELATIVE_TOLERANCE))
                                      & meets_acc & is_candidate & fits)
-    # Codes into VERDICTS: 0 meets, 1 too slow, 2 too inaccurate, 3 both; 4 does not fit.
+    # Codes: 0 meets, 1 too slow, 2 too inaccurate, 3 both; 4 does not fit; 5 no accuracy.
     verdict = (~meets_speed).astype(np.int64) + 2 * (~meets_acc).astype(np.int64)
+    verdict = np.where(np.isnan(values) & is_candidate, 5, verdict)
     verdict = np.where(fits, verdict, 4)
-    out["verdict"] = label_column(verdict, [*VERDICTS[:4], "does not fit"])
+    out["verdict"] = label_column(verdict, [*VERDICTS[:4], "does not fit", "no accuracy"])
     return out
 
 
@@ -124,22 +133,24 @@ def pareto_mask(speedup: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
     return keep
 
 
-def rank(scored: pd.DataFrame, objective: Objective, speed: str = "speedup") -> pd.DataFrame:
+def rank(scored: pd.DataFrame, objective: Objective, speed: str = "speedup",
+         lower_is_better: bool = False) -> pd.DataFrame:
     """Add ``rank`` (1 = best, per model and batch, among candidates meeting the target; NA
     elsewhere) and, for the pareto objective, ``pareto``; in place, row order kept. ``speed``
     is the speed column ranked by (see :func:`score`); with ``expected_speedup`` the bound's
-    ranking is added too, as ``bound_rank`` (and ``bound_pareto``)."""
+    ranking is added too, as ``bound_rank`` (and ``bound_pareto``). ``lower_is_better``: the
+    accuracy is a degradation (see :func:`score`), so less of it ranks first."""
     out = scored
     model = pd.Categorical(out["model"]).codes.astype(np.int64)
     _, batch = np.unique(out["batch"].to_numpy(), return_inverse=True)
     group = model * (int(batch.max()) + 1) + batch if len(out) else model
-    ranks, front = _ranks(out, objective, speed, "meets_target", group)
+    ranks, front = _ranks(out, objective, speed, "meets_target", group, lower_is_better)
     out["rank"] = pd.arrays.IntegerArray(ranks, mask=ranks == 0)
     if objective.kind == "pareto":
         out["pareto"] = front
     if speed != "speedup":
         meets = "bound_meets_target" if "bound_meets_target" in out else "meets_target"
-        ranks, front = _ranks(out, objective, "speedup", meets, group)
+        ranks, front = _ranks(out, objective, "speedup", meets, group, lower_is_better)
         out["bound_rank"] = pd.arrays.IntegerArray(ranks, mask=ranks == 0)
         if objective.kind == "pareto":
             out["bound_pareto"] = front
@@ -147,7 +158,7 @@ def rank(scored: pd.DataFrame, objective: Objective, speed: str = "speedup") -> 
 
 
 def _ranks(out: pd.DataFrame, objective: Objective, speed: str, meets: str,
-           group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+           group: np.ndarray, lower_is_better: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(rank, 0 where unranked; on the Pareto front) of every row, by ``speed``, among the
     rows where ``meets`` holds."""
     eligible = out[meets].to_numpy(dtype=bool)
@@ -155,6 +166,8 @@ def _ranks(out: pd.DataFrame, objective: Objective, speed: str, meets: str,
         eligible = eligible & out["accuracy"].notna().to_numpy()
     keys, desc = _sort_keys(objective, speed)
     values = {k: out[k].to_numpy(dtype=np.float64) for k in {*keys, speed, "accuracy"}}
+    if lower_is_better:  # rank and build fronts on "goodness": less degradation is better
+        values["accuracy"] = -values["accuracy"]
     ranks = np.zeros(len(out), dtype=np.int64)
     front = np.zeros(len(out), dtype=bool)
     for g in np.unique(group[eligible]):

@@ -33,6 +33,20 @@ A space file (the built-in default is ``search/spaces/default.toml``, Bob's ques
 ``"table"`` takes the sparsity levels (and block sizes) the accuracy table measured for that
 family, so that every candidate has an accuracy. N:M from ``m`` and ``sparsity`` keeps the
 patterns whose N = M x (1 - sparsity) is a whole number.
+
+Language models (``search/spaces/llm.toml``, the built-in space of ``dse search --model
+llama-3-8b``) add the step to trace and how the weights and KV cache are stored::
+
+    models = ["llama-3-8b"]                     # shipped language models or config.json paths
+    phase = "decode"                            # or "prefill"
+    context = 2048                              # context length (decode) or prompt tokens
+    [numerics]                                  # as `dse evaluate --weight-dtype ...`
+    weight_dtype = "int4"                       # int8, int4, fp8; absent: the compute dtype
+    weight_group_size = 128                     # int4 only
+    kv_dtype = "fp8"
+    [accuracy]
+    table = "llm"                               # published figures: accuracy_llm.csv
+    metric = "wikitext2_ppl"                    # lower is better; or zeroshot_mean
 """
 
 from __future__ import annotations
@@ -47,28 +61,39 @@ from typing import Any
 
 from accelerator_models import FIELDS, Accelerator, SpecError, derive, resolve_path, spec_fields
 from dse.roofline.evaluator import fusion_models
+from dse.roofline.numerics import DTYPE_BYTES, WEIGHT_DTYPE_BYTES
 from formats import FormatError
 from formats import parse as parse_format
 from workloads import MAX_BATCH
+from workloads.llm import PHASES
 
 from .errors import SpaceError
 
 __all__ = [
     "DEFAULT_SPACE",
+    "LLM_SPACE",
     "Knob",
     "SearchSpace",
     "SpaceError",
     "load_space",
     "parse_space",
+    "with_overrides",
 ]
 
 DEFAULT_SPACE = Path(__file__).parent / "spaces" / "default.toml"
+#: The built-in space for language models (``dse search --model llama-3-8b``).
+LLM_SPACE = Path(__file__).parent / "spaces" / "llm.toml"
+#: ``accuracy.table`` naming the shipped table of published language-model figures.
+LLM_TABLE_NAME = "llm"
+#: What the command line may override in a space (``dse search --model ... --batch ...``).
+OVERRIDABLE = ("models", "phase", "context", "batches", "hardware", "weight_dtype",
+               "weight_group_size", "kv_dtype", "metric")
 #: The value of ``sparse_tensor.patterns`` that means "every N:M candidate of the search".
 CANDIDATES = "candidates"
 TABLE = "table"
 
 _TOP_KEYS = {"name", "description", "models", "batches", "fusion", "scope", "accuracy",
-             "formats", "hardware"}
+             "formats", "hardware", "phase", "context", "numerics"}
 _SCOPES = ("gemm", "all")
 
 
@@ -116,6 +141,13 @@ class SearchSpace:
     fixed: tuple[tuple[str, Any], ...]
     knobs: tuple[Knob, ...]
     where: str
+    #: Language models: the step traced (``prefill`` or ``decode``) and its context length.
+    phase: str | None = None
+    context: int | None = None
+    #: Weight-only quantisation and the KV-cache dtype (None: the compute dtype).
+    weight_dtype: str | None = None
+    weight_group_size: int | None = None
+    kv_dtype: str | None = None
 
     @property
     def finite(self) -> bool:
@@ -149,7 +181,8 @@ def load_space(path: str | Path | None = None) -> tuple[SearchSpace, str]:
         raise SpaceError(f"search space {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpaceError(f"search space {path}: cannot read it ({exc})") from None
-    where = "built-in default space" if path == DEFAULT_SPACE else str(path)
+    where = {DEFAULT_SPACE: "built-in default space",
+             LLM_SPACE: "built-in language-model space"}.get(path, str(path))
     return parse_space(text, where, path.parent), text
 
 
@@ -175,7 +208,7 @@ def parse_space(text: str, where: str, folder: Path | None = None) -> SearchSpac
     accuracy = _table(raw.get("accuracy", {}), where, "accuracy")
     _known(accuracy, {"table", "metric", "dataset"}, where, "accuracy.")
     table = _string(accuracy.get("table", "default"), where, "accuracy.table")
-    if table != "default":
+    if table not in ("default", LLM_TABLE_NAME):
         table = _relative(table, folder)
     hardware = _table(raw["hardware"], where, "hardware")
     _known(hardware, {"base", "set", "vary"}, where, "hardware.")
@@ -199,10 +232,88 @@ def parse_space(text: str, where: str, folder: Path | None = None) -> SearchSpac
                      if "description" in raw else ""),
         models=models, batches=batches, fusion=fusion, scope=scope,
         accuracy_table=table,
-        metric=_string(accuracy.get("metric", "top1"), where, "accuracy.metric"),
+        # None: the table's own default (top1; wikitext2_ppl for the language-model table).
+        metric=(None if "metric" not in accuracy
+                else _string(accuracy["metric"], where, "accuracy.metric")),
         dataset=None if dataset is None else _string(dataset, where, "accuracy.dataset"),
-        formats=(), hardware=bases, fixed=fixed, knobs=knobs, where=where)
+        formats=(), hardware=bases, fixed=fixed, knobs=knobs, where=where,
+        **_language_model(raw, where))
     return replace(space, formats=_format_specs(raw["formats"], where))
+
+
+def _language_model(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``phase``, ``context`` and the ``[numerics]`` table of a space, checked."""
+    out: dict[str, Any] = {}
+    if "phase" in raw:
+        out["phase"] = _choice(raw["phase"], PHASES, where, "phase")
+    if "context" in raw:
+        value = raw["context"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpaceError(f"search space {where}: context must be one whole number >= 1, "
+                             "e.g. context = 2048")
+        out["context"] = value
+    if ("phase" in out) != ("context" in out):
+        raise SpaceError(f"search space {where}: phase and context go together (language "
+                         "models: phase = \"decode\", context = 2048)")
+    numerics = _table(raw.get("numerics", {}), where, "numerics")
+    _known(numerics, {"weight_dtype", "weight_group_size", "kv_dtype"}, where, "numerics.")
+    if "weight_dtype" in numerics:
+        out["weight_dtype"] = _choice(numerics["weight_dtype"], tuple(WEIGHT_DTYPE_BYTES), where,
+                                      "numerics.weight_dtype")
+    if "weight_group_size" in numerics:
+        value = numerics["weight_group_size"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpaceError(f"search space {where}: numerics.weight_group_size must be one "
+                             "whole number >= 1, e.g. 128")
+        out["weight_group_size"] = value
+    if "kv_dtype" in numerics:
+        out["kv_dtype"] = _choice(numerics["kv_dtype"], tuple(DTYPE_BYTES), where,
+                                  "numerics.kv_dtype")
+    return check_numerics(out, where)
+
+
+def check_numerics(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Refuse a quantisation group without a quantised weight dtype; returns ``values``."""
+    group, dtype = values.get("weight_group_size"), values.get("weight_dtype")
+    if group is not None and dtype is None:
+        raise SpaceError(f"{where}: weight_group_size {group}: a group size is for quantised "
+                         f"weights; give weight_dtype ({', '.join(WEIGHT_DTYPE_BYTES)}) too")
+    return dict(values)
+
+
+def with_overrides(space: SearchSpace, overrides: Mapping[str, Any]) -> SearchSpace:
+    """``space`` with the command line's ``overrides`` (keys of :data:`OVERRIDABLE`; None or
+    absent: the space's own), checked as the file's values are."""
+    unknown = sorted(set(overrides) - set(OVERRIDABLE))
+    if unknown:
+        raise SpaceError(f"search space {space.where}: cannot override {', '.join(unknown)}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if not given:
+        return space
+    where = f"{space.where} with the command line's options"
+    changes: dict[str, Any] = {}
+    if "models" in given:
+        changes["models"] = tuple(dict.fromkeys(given["models"]))
+    if "batches" in given:
+        changes["batches"] = tuple(_batches(list(given["batches"]), where))
+    if "hardware" in given:
+        bases = tuple(dict.fromkeys(given["hardware"]))
+        for base in bases:
+            try:
+                resolve_path(base)
+            except SpecError as exc:
+                raise SpaceError(f"--hw: {exc}") from None
+        changes["hardware"] = bases
+    for key in ("phase", "context", "weight_dtype", "weight_group_size", "kv_dtype", "metric"):
+        if key in given:
+            changes[key] = given[key]
+    out = replace(space, **changes)
+    # A weight dtype given alone replaces the space's whole weight storage (its group too).
+    if "weight_dtype" in given and "weight_group_size" not in given:
+        out = replace(out, weight_group_size=None)
+    check_numerics({"weight_dtype": out.weight_dtype,
+                    "weight_group_size": out.weight_group_size}, "--weight-group-size")
+    return replace(out, where=where)
 
 
 def _known(table: Mapping[str, Any], keys: set[str], where: str, prefix: str) -> None:

@@ -40,7 +40,7 @@ from . import optuna_engine as opt
 from .errors import SearchError, SearchInterrupted, StorageError
 from .problem import Problem, Settings
 from .scoring import rank
-from .space import DEFAULT_SPACE, load_space
+from .space import DEFAULT_SPACE, LLM_SPACE, OVERRIDABLE, load_space
 from .storage import LEASE_S, Storage, has_password, open_storage, redact, sqlite_url, worker_id
 from .target import DEFAULT_MAX_ACC_DROP
 
@@ -92,6 +92,11 @@ class SearchRequest:
     #: Kernel predictors (a shipped name, e.g. "h100-sxm", or a file from `dse calibrate
     #: --out`): rank by the expected speedup of kernels as they exist, the bound's beside it.
     calibrated: str | None = None
+    #: The command line's values over the space's (``dse search --model llama-3-8b --phase
+    #: decode --context 2048 --batch 8 --hw h100-sxm --weight-dtype int4 --kv-dtype fp8``):
+    #: keys of ``search.space.OVERRIDABLE``; None or absent keeps the space's. Without
+    #: ``space``, a language model in ``models`` picks the built-in language-model space.
+    overrides: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Python callers pass paths as strings as often as Paths; the search needs Paths.
@@ -140,8 +145,8 @@ class _Tally:
 
 def new_settings(request: SearchRequest) -> Settings:
     """The settings a new study stores for ``request`` (defaults filled in, inputs checked)."""
-    space, text = load_space(request.space)
-    path = request.space
+    path = _space_path(request)
+    space, text = load_space(path)
     folder = str((Path(path).parent if path is not None else Path(".")).resolve())
     if path is None:
         folder = str(DEFAULT_SPACE.parent)
@@ -155,7 +160,33 @@ def new_settings(request: SearchRequest) -> Settings:
         objective=request.objective, minimize=request.minimize,
         engine=request.engine or "auto", trials=trials,
         seed=0 if request.seed is None else request.seed, chunk_points=chunk,
-        extra=_evaluator_extra(request))
+        extra={**_evaluator_extra(request), **_overrides_extra(request)})
+
+
+def _space_path(request: SearchRequest) -> Path | None:
+    """The space file: ``--space``, else the built-in language-model space when a model given
+    on the command line is a language model, else the built-in default (None)."""
+    if request.space is None and _language_models(request.overrides.get("models")):
+        return LLM_SPACE
+    return request.space
+
+
+def _language_models(models) -> bool:
+    from workloads.registry import is_language_model
+
+    return any(is_language_model(str(m)) for m in models or ())
+
+
+def _overrides_extra(request: SearchRequest) -> dict:
+    """``{"overrides": {...}}``: the command line's values over the space's, stored with the
+    study so that every worker rebuilds the same problem."""
+    unknown = sorted(set(request.overrides) - set(OVERRIDABLE))
+    if unknown:
+        raise SearchError(f"cannot override {', '.join(unknown)} in a space; overridable: "
+                          + ", ".join(OVERRIDABLE))
+    given = {k: (list(v) if isinstance(v, list | tuple) else v)
+             for k, v in request.overrides.items() if v is not None}
+    return {"overrides": given} if given else {}
 
 
 def _evaluator_extra(request: SearchRequest) -> dict:
@@ -185,6 +216,11 @@ def _resolve_engine(settings: Settings, problem: Problem) -> Settings:
     space = problem.space
     size = exhaustive.size(problem)
     engine = settings.engine
+    if problem.language and engine != "exhaustive" and (
+            engine == "optuna" or not space.finite or size > EXHAUSTIVE_MAX):
+        raise SearchError(f"--engine {engine}: a search over language models runs the "
+                          "exhaustive engine only (Optuna does not take their accuracy, where "
+                          "lower is better, yet); give every hardware knob steps = N")
     if engine == "auto":
         engine = "exhaustive" if space.finite and size <= EXHAUSTIVE_MAX else "optuna"
     elif engine == "exhaustive" and not space.finite:
@@ -223,6 +259,12 @@ def _check_resume_options(request: SearchRequest, stored: Settings, study: str) 
     if request.engine not in (None, "auto") and request.engine != stored.engine:
         raise SearchError(f"--engine {request.engine}: study {study!r} runs the "
                           f"{stored.engine} engine; --resume keeps it")
+    given = _overrides_extra(request).get("overrides", {})
+    if given and given != stored.extra.get("overrides", {}):
+        raise SearchError(f"--model, --phase, --context, --batch, --hw and the dtype options: "
+                          f"study {study!r} was created with "
+                          f"{stored.extra.get('overrides') or 'none of them'}; --resume keeps "
+                          "its settings (start a new study to change them)")
     if request.space is not None:
         _, text = load_space(request.space)
         if text != stored.space_text:
@@ -243,9 +285,13 @@ def _study_name(request: SearchRequest) -> str:
     if request.study is not None:
         name = request.study
     else:
-        space_name = load_space(request.space)[0].name
+        space_name = load_space(_space_path(request))[0].name
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
-        name = f"{re.sub(r'[^A-Za-z0-9._-]+', '-', space_name)}-{stamp}"
+        # The question asked, then the space it ranged over: a Pareto study of the built-in
+        # space is no "nm-over-2:4" study.
+        asked = (f"{request.objective}-" if request.objective not in (None, "speedup")
+                 else "")
+        name = f"{asked}{re.sub(r'[^A-Za-z0-9._-]+', '-', space_name)}-{stamp}"
     if not _NAME.match(name):
         raise SearchError(f"--study {name!r}: use letters, digits and . _ : + - (at most 200, "
                           "starting with a letter or digit)")
@@ -442,6 +488,7 @@ def _run_search(request: SearchRequest, notify: Notify, progress: Progress) -> S
             raise StorageError(f"--resume: no study database at {database}; give the --storage "
                                "the study was created with")
         storage = open_storage(url)
+        created = fresh_db = False  # the study and its database were there before
         stored = Settings.from_json(storage.settings(study))
         settings = _check_resume_options(request, stored, study)
         problem = Problem(settings)
@@ -462,17 +509,30 @@ def _run_search(request: SearchRequest, notify: Notify, progress: Progress) -> S
         study = _study_name(request)
         out = _out_dir(request, study)
         created = _prepare_out(out)
+        fresh_db = request.storage is None and not (out / "study.db").exists()
         try:
             storage = open_storage(request.storage or sqlite_url(out / "study.db"))
-        except StorageError:
+        except StorageError as exc:
+            if fresh_db:  # opening it may have begun the file (and SQLite's -wal, -shm)
+                _remove_database(out / "study.db")
+            free = _free_bytes(out)
             if created:
                 _remove_empty(out)
+            if fresh_db and free is not None and free < _SQLITE_ROOM:
+                # SQLite says "disk I/O error" when its first pages find no room.
+                raise SearchError(f"{out / 'study.db'}: cannot create the study database "
+                                  f"(No space left on device: {free // 1024} KiB free, "
+                                  f"{exc}); free space there or choose another --out") from None
             raise
         chunks = exhaustive.chunk_count(problem) if settings.engine == "exhaustive" else 0
-        storage.create_study(study, settings.to_json(), chunks)  # one transaction
-        if settings.engine == "optuna":
-            # A kill before this leaves settings without an Optuna study: --resume creates it.
-            opt.create(problem, storage, study)
+        try:
+            storage.create_study(study, settings.to_json(), chunks)  # one transaction
+            if settings.engine == "optuna":
+                # A kill before this leaves settings without an Optuna study: --resume makes it.
+                opt.create(problem, storage, study)
+        except Exception as exc:
+            _fail_on_full_device(exc, storage, out, created, fresh_db)
+            raise
         notify(f"study {study} in {storage.shown}: {settings.engine} engine, "
                f"{_describe_size(problem)}")
     again = resume_command(study, out, request.storage)
@@ -494,6 +554,9 @@ def _run_search(request: SearchRequest, notify: Notify, progress: Progress) -> S
     except KeyboardInterrupt:
         raise SearchInterrupted(f"search interrupted; completed work is kept in the study: "
                                 f"continue with {again}") from None
+    except Exception as exc:
+        _fail_on_full_device(exc, storage, out, created, fresh_db)
+        raise
     tally(done=_state(problem, storage, study)[0])
     # The result files are one set: all of them or none (an old run's stay as they were).
     files = FileSet()
@@ -510,6 +573,9 @@ def _run_search(request: SearchRequest, notify: Notify, progress: Progress) -> S
         raise SearchInterrupted(f"search interrupted while writing its results: none of them "
                                 f"was written; the study is complete, and {again} writes "
                                 "them") from None
+    except Exception as exc:
+        _fail_on_full_device(exc, storage, out, created, fresh_db)
+        raise
     _remove_leftovers(out, since)
     return outcome
 
@@ -538,6 +604,62 @@ def _remove_leftovers(out: Path, since: float) -> None:
                 path.unlink()
         except OSError:
             pass
+
+
+def _full_device(exc: BaseException) -> bool:
+    """A write that found the device full: an OSError (ENOSPC, EDQUOT) or SQLite's
+    ``database or disk is full`` (raised through SQLAlchemy)."""
+    import errno
+
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    text = f"{exc} {getattr(exc, 'orig', '')}".lower()
+    return "database or disk is full" in text or "no space left on device" in text
+
+
+def _fail_on_full_device(exc: BaseException, storage: Storage, out: Path, created: bool,
+                         fresh_db: bool) -> None:
+    """On a full device, one line instead of a traceback, and nothing left of a study this
+    run started: its database (and SQLite's -wal, -shm files), the files its workers began and
+    its folder, where the run created them. A study that existed before keeps its work for
+    --resume. Returns for any other error."""
+    if not _full_device(exc):
+        return
+    database = out / "study.db"
+    if fresh_db:
+        storage.engine.dispose()
+        _remove_database(database)
+        for path in out.iterdir():  # worker logs and temporary result files of this run
+            if _LEFTOVER_TMP.match(path.name) or _WORKER_LOG.match(path.name):
+                path.unlink(missing_ok=True)
+        if created:
+            _remove_empty(out)
+        kept = "nothing of this study was kept"
+    else:
+        kept = f"the work done is kept in {storage.shown} for --resume"
+    where = database if fresh_db or storage.backend == "sqlite" else out
+    raise SearchError(f"{where}: cannot write (No space left on device); free space there or "
+                      f"choose another --out; {kept}") from None
+
+
+#: Free bytes below which a study database cannot be started: SQLite's first pages, its
+#: write-ahead log and the results of one chunk.
+_SQLITE_ROOM = 1 << 20
+
+
+def _free_bytes(folder: Path) -> int | None:
+    import shutil
+
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def _remove_database(path: Path) -> None:
+    """A SQLite database file and the -wal, -shm and -journal files beside it."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
 
 
 def _remove_empty(folder: Path) -> None:
@@ -619,7 +741,8 @@ def collect(problem: Problem, storage: Storage, study: str, out: Path,
         counts = opt.counts(storage, study)
     if frame.empty:
         raise SearchError(f"study {study} has no completed work yet; run a worker or --resume")
-    results = _order_columns(rank(frame, problem.objective, problem.speed),
+    results = _order_columns(rank(frame, problem.objective, problem.speed,
+                                  lower_is_better=problem.lower_is_better),
                              problem.knob_columns)
     # Every design in enumeration order; the ranked ones, best first per model and batch.
     ranks = results["rank"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -687,6 +810,16 @@ def _write_summary(outcome: SearchOutcome, request: SearchRequest) -> None:
         "storage": outcome.storage,
         "engine": outcome.engine,
         "space": s.space_where,
+        # What every design was priced on: the base hardware, the overrides applied to all of
+        # it and the knobs varied (the issue's "output that says what it assumed").
+        "hardware": list(problem.space.hardware),
+        "hardware_set": {path: _plain(list(v) if isinstance(v, tuple) else v)
+                         for path, v in problem.space.fixed},
+        "hardware_varied": [k.path for k in problem.space.knobs],
+        "fusion": problem.space.fusion,
+        "scope": problem.space.scope,
+        "batches": list(problem.space.batches),
+        "dtype": problem.numerics.dtype, "vector_dtype": problem.numerics.vector_dtype,
         "target": s.target,
         "max_acc_drop": s.max_acc_drop if s.target else None,
         "objective": problem.objective.text,
@@ -698,6 +831,14 @@ def _write_summary(outcome: SearchOutcome, request: SearchRequest) -> None:
                  for row in best[shown].to_dict(orient="records")],
         "files": [p.name for p in outcome.files],
     }
+    if problem.language:
+        # What the accuracy columns mean here: a degradation from dense, lower is better.
+        summary["accuracy"] = {
+            "metric": problem.metric, "weights": problem.weights, "table": problem.table.where,
+            "accuracy_column": ("perplexity increase over the same source's dense model"
+                                if problem.metric == "wikitext2_ppl"
+                                else f"{problem.metric} points lost against dense"),
+            "lower_is_better": True, "overrides": s.extra.get("overrides", {})}
     if problem.predictors is not None:
         # The expectation ranks; the bound's best designs ride along for comparison.
         results = outcome.results

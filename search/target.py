@@ -2,7 +2,9 @@
 
 A target ``<r>x_over_<format>`` (``1.3x_over_2:4``) holds for a design when its speedup over
 dense is at least ``r`` times the baseline format's speedup on the same model, hardware and
-batch, and its accuracy is no lower than the baseline's minus the allowed drop.
+batch, and its accuracy is no lower than the baseline's minus the allowed drop. For a language
+model the accuracy is a degradation from dense (its perplexity increase), where lower is better:
+the target then allows at most ``max_acc_drop`` more of it than the baseline has.
 """
 
 from __future__ import annotations

@@ -366,3 +366,32 @@ def test_space_takes_fusion_rules(tmp_path):
 def _nm_rmspe() -> str:
     """The shipped 2:4 predictor's held-out RMSPE, as the commands print it."""
     return f"{load_predictors('h100-sxm').families['nm'].validated['rmspe']:.0%}"
+
+
+def test_a_search_says_what_it_priced_and_when_nothing_beats_dense(toy, tmp_path, capsys):
+    """The hardware, dtypes and overrides in the output and in summary.json; and, where no
+    sparse candidate is expected to beat dense at a batch, a line saying so first, naming the
+    fastest (checked against the results)."""
+    import json
+
+    path, outcome = toy
+    code = run_cli(["search", "--space", str(path), "--calibrated", "h100-sxm",
+                    "--out", str(tmp_path / "said"), "--study", "said"])
+    out = capsys.readouterr().out
+    assert code == 0
+    space = outcome.problem.space
+    hardware_line = next(line for line in out.splitlines() if line.startswith("hardware: "))
+    assert hardware_line.startswith(f"hardware: {', '.join(space.hardware)} at fp16")
+    for knob in space.knobs:
+        assert knob.path in hardware_line
+    summary = json.loads((tmp_path / "said" / "summary.json").read_text())
+    assert summary["hardware"] == list(space.hardware)
+    assert summary["hardware_varied"] == [k.path for k in space.knobs]
+    assert summary["dtype"] == "fp16" and summary["batches"] == list(space.batches)
+    results = outcome.results
+    sparse = results[(results["role"] == "candidate") & (results["format"] != "dense")]
+    for batch, group in sparse.groupby("batch"):
+        best = group.loc[group["expected_speedup"].idxmax()]
+        said = (f"  no sparse format is expected to beat dense here: the fastest, "
+                f"{best['format']}, runs at {best['expected_speedup']:.3f}x")
+        assert (said in out) == (best["expected_speedup"] < 1.0), batch

@@ -319,3 +319,12 @@ def test_local_workers_share_a_sqlite_study(tmp_path):
                                       out=tmp_path / "w1"))
     results = pd.read_parquet(tmp_path / "w2" / "results.parquet")
     pd.testing.assert_frame_equal(result_key(results), result_key(single.results))
+
+
+def test_a_default_study_name_says_the_question_then_the_space():
+    from search.study import SearchRequest, _study_name
+
+    assert _study_name(SearchRequest(objective="pareto")).startswith("pareto-nm-over-2-4-")
+    assert _study_name(SearchRequest(objective="energy")).startswith("energy-nm-over-2-4-")
+    assert _study_name(SearchRequest()).startswith("nm-over-2-4-")
+    assert _study_name(SearchRequest(objective="speedup")).startswith("nm-over-2-4-")

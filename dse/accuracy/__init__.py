@@ -8,6 +8,12 @@ when it runs). Imports the ground packages and :mod:`dse.output`.
 """
 
 from .data import AccuracyError, Dataset, load_dataset
+from .llm_table import (
+    LLM_TABLE,
+    LLMAccuracy,
+    LLMAccuracyTable,
+    load_llm_accuracy_table,
+)
 from .pipeline import (
     DEFAULT_LEVELS,
     DEFAULT_PATTERNS,
@@ -34,6 +40,7 @@ __all__ = [
     "DEFAULT_LEVELS",
     "DEFAULT_PATTERNS",
     "DEFAULT_TABLE",
+    "LLM_TABLE",
     "MODEL_ALIASES",
     "AccuracyConfig",
     "AccuracyError",
@@ -41,11 +48,14 @@ __all__ = [
     "AccuracyTable",
     "AccuracyTableError",
     "Dataset",
+    "LLMAccuracy",
+    "LLMAccuracyTable",
     "Stage",
     "attach_accuracy",
     "environment",
     "load_accuracy_table",
     "load_dataset",
+    "load_llm_accuracy_table",
     "plan",
     "run_accuracy",
     "table_frame",

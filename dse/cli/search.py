@@ -10,17 +10,24 @@ import numpy as np
 import pandas as pd
 
 from search.target import DEFAULT_MAX_ACC_DROP, OBJECTIVES
+from workloads.llm import PHASES
 
+from ..accuracy.llm_table import LLM_METRICS
+from ..roofline.numerics import DEFAULT_INT4_GROUP, DTYPE_BYTES, WEIGHT_DTYPE_BYTES
 from .options import (
     CALIBRATED_FIX,
+    MAX_WEIGHT_GROUP,
+    InputError,
     Parser,
     add_evaluator_options,
+    batch_size,
     check_outputs,
     identifier,
     integer,
     nonempty_text,
     number,
     path_value,
+    positive_int,
     refuse_unused_sim_options,
     seed,
     sim_config_from_args,
@@ -38,6 +45,13 @@ built-in one: N:M up to M=32, block and unstructured formats at the accuracy tab
 on an A100 whose sparse tensor core runs every candidate N:M pattern; ConvNeXt-Tiny and
 Swin-Tiny, batch 1). Writes OUT/results.parquet (every design), OUT/ranked.parquet (those that
 meet the target, ranked per model and batch; .csv with --results csv) and OUT/summary.json.
+
+Language models (--model llama-3-8b --phase decode --context 2048; built-in space
+search/spaces/llm.toml): accuracy comes from published figures
+(dse/accuracy/tables/accuracy_llm.csv), as the perplexity increase over the same paper's dense
+model, where lower is better; the target allows --max-ppl-increase over the baseline's
+increase. A format without a published figure is kept, evaluated and reported as "no
+accuracy"; it never meets a target. A model without figures is refused with a target.
 """
 
 
@@ -56,10 +70,44 @@ def add_parsers(commands) -> None:
                     type=nonempty_text("a target such as 1.3x_over_2:4"),
                     help="e.g. 1.3x_over_2:4: at least 1.3 times 2:4's speedup at no more than "
                          "--max-acc-drop points below its accuracy")
-    sp.add_argument("--max-acc-drop", type=number(0.0, 100.0, unit=" points"),
-                    metavar="POINTS",
-                    help=f"accuracy (percentage points) a design may lose against the target's "
-                         f"baseline (default {DEFAULT_MAX_ACC_DROP:g})")
+    drop = sp.add_mutually_exclusive_group()
+    drop.add_argument("--max-acc-drop", type=number(0.0, 100.0, unit=" points"),
+                      metavar="POINTS",
+                      help=f"accuracy (percentage points) a design may lose against the target's "
+                           f"baseline (default {DEFAULT_MAX_ACC_DROP:g}); for language models, "
+                           "in their metric's unit (as --max-ppl-increase for perplexity)")
+    drop.add_argument("--max-ppl-increase", type=number(0.0, 1e6, unit=" perplexity"),
+                      metavar="PPL",
+                      help="language models, perplexity metric: how much more a design's "
+                           "perplexity may rise over dense than the baseline's does "
+                           f"(default {DEFAULT_MAX_ACC_DROP:g})")
+    lm = sp.add_argument_group("models and numerics (override the space's; language models: "
+                               "the built-in space search/spaces/llm.toml)")
+    lm.add_argument("--model", dest="models", action="append", metavar="NAME|PATH",
+                    type=nonempty_text("a shipped trace or language model (dse workloads list)"),
+                    help="model to search (repeatable): a shipped trace, or a language model, "
+                         "shipped or a config.json, with --phase and --context")
+    lm.add_argument("--phase", choices=PHASES,
+                    help="language models: prefill or decode")
+    lm.add_argument("--context", type=positive_int, metavar="TOKENS",
+                    help="language models: prompt tokens (prefill) or context length (decode)")
+    lm.add_argument("--batch", dest="batches", action="append", type=batch_size, metavar="B",
+                    help="batch size (repeatable), instead of the space's batches")
+    lm.add_argument("--hw", dest="hardware", action="append", metavar="NAME|PATH",
+                    type=nonempty_text("a catalog name (dse hw list) or a spec .toml"),
+                    help="hardware base (repeatable or comma-separated), instead of the "
+                         "space's hardware.base; the space's [hardware.set] still applies")
+    lm.add_argument("--weight-dtype", choices=tuple(WEIGHT_DTYPE_BYTES),
+                    help="weight-only quantisation of the linear layers (as dse evaluate); the "
+                         "accuracy is then looked up for that storage (int4-g128, fp8, ...)")
+    lm.add_argument("--weight-group-size", type=integer(1, MAX_WEIGHT_GROUP), metavar="G",
+                    help=f"int4 quantisation group along K (default {DEFAULT_INT4_GROUP})")
+    lm.add_argument("--accuracy-metric", choices=tuple(LLM_METRICS),
+                    help="language models: the published metric the target compares, as its "
+                         "degradation from dense (default wikitext2_ppl, the perplexity "
+                         "increase; zeroshot_mean and openllm_v1_mean: points lost)")
+    lm.add_argument("--kv-dtype", choices=tuple(DTYPE_BYTES),
+                    help="dtype of a language model's KV cache (default: the compute dtype)")
     sp.add_argument("--objective", choices=OBJECTIVES,
                     help="rank designs (that meet the target) by speedup (default), accuracy, "
                          "the Pareto front of speedup against accuracy, the least energy per "
@@ -176,8 +224,11 @@ def _cmd_search(args: argparse.Namespace) -> int:
     refuse_unused_sim_options(args)
     check_outputs(folders=[("--report", args.report), ("--out", args.out)],
                   inputs=[("--space", args.space, "file")])
+    overrides = _overrides(args)
+    _check_drop_unit(args)
+    drop = args.max_acc_drop if args.max_ppl_increase is None else args.max_ppl_increase
     request = SearchRequest(
-        space=args.space, target=args.target, max_acc_drop=args.max_acc_drop,
+        space=args.space, target=args.target, max_acc_drop=drop, overrides=overrides,
         objective=args.objective, minimize=args.minimize, engine=args.engine,
         trials=args.trials, seed=args.seed, storage=args.storage, study=args.study,
         out=args.out, workers=args.workers, resume=args.resume,
@@ -197,6 +248,55 @@ def _cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _overrides(args: argparse.Namespace) -> dict:
+    """The models and numerics options given, as the space overrides a study stores."""
+    if args.weight_group_size is not None and args.weight_dtype is None:
+        raise InputError(f"--weight-group-size {args.weight_group_size}: a group size is for "
+                         "quantised weights; give --weight-dtype "
+                         f"({', '.join(WEIGHT_DTYPE_BYTES)}) too")
+    if (args.phase is None) != (args.context is None) and args.models:
+        missing = "--context TOKENS" if args.context is None else "--phase prefill|decode"
+        raise InputError(f"a language model's step needs --phase and --context; give {missing}")
+    hardware = None
+    if args.hardware:
+        hardware = [h.strip() for v in args.hardware for h in v.split(",") if h.strip()]
+        if not hardware:
+            raise InputError(f"--hw {','.join(args.hardware)!r}: no hardware name; give a "
+                             "catalog name (see `dse hw list`) or a spec .toml")
+    return {"models": args.models, "phase": args.phase, "context": args.context,
+            "batches": args.batches, "hardware": hardware, "weight_dtype": args.weight_dtype,
+            "weight_group_size": args.weight_group_size, "kv_dtype": args.kv_dtype,
+            "metric": args.accuracy_metric}
+
+
+def _check_drop_unit(args: argparse.Namespace) -> None:
+    """Refuse, in one line and before any work: --max-ppl-increase for a metric that is not a
+    perplexity, and --report for language models (its charts draw accuracy where higher is
+    better; theirs is a perplexity increase)."""
+    if args.accuracy_metric is not None and not args.models and args.space is None:
+        raise InputError(f"--accuracy-metric {args.accuracy_metric}: the metrics are those of "
+                         "language models; give --model NAME --phase --context")
+    if args.max_ppl_increase is None and args.report is None:
+        return
+    from search.space import DEFAULT_SPACE, LLM_SPACE, load_space
+    from workloads.registry import is_language_model
+
+    language = any(is_language_model(m) for m in args.models or ())
+    space, _ = load_space(args.space or (LLM_SPACE if language else DEFAULT_SPACE))
+    language = language or (not args.models and any(is_language_model(m)
+                                                    for m in space.models))
+    if language and args.report is not None:
+        raise InputError(f"--report {args.report}: the search report draws accuracy where "
+                         "higher is better, and a language model's is a perplexity increase; "
+                         "not drawn yet (the results are in --out); leave out --report")
+    if args.max_ppl_increase is None:
+        return
+    metric = args.accuracy_metric or space.metric or ("wikitext2_ppl" if language else "top1")
+    if metric != "wikitext2_ppl":
+        raise InputError(f"--max-ppl-increase {args.max_ppl_increase:g}: the search's accuracy "
+                         f"metric is {metric}, not a perplexity; give --max-acc-drop POINTS")
+
+
 # --- the printed report -----------------------------------------------------------------------
 
 def _fmt(value: float, spec: str) -> str:
@@ -212,8 +312,10 @@ def report(outcome, top: int) -> str:
     lines = [f"study {outcome.study} ({outcome.engine}; {outcome.storage})",
              f"space: {space.where} ({space.fusion}, scope {space.scope}); objective: "
              f"{problem.objective.text}"
-             + (f"; target {target.text}, accuracy drop <= {target.max_acc_drop:g} points"
-                if target is not None else "")]
+             + (f"; target {target.text}, {_allowed(problem)}" if target is not None else ""),
+             _hardware_line(space, problem.numerics)]
+    if getattr(problem, "language", False):
+        lines.append(_llm_accuracy_line(problem))
     if "fits" in results:
         unfit = ~results["fits"].to_numpy(dtype=bool, na_value=True) & candidate_rows(results)
         if unfit.any():
@@ -244,8 +346,11 @@ def report(outcome, top: int) -> str:
             lines.append("")
             lines.append(f"{model}, batch {b}: {int((here & candidate).sum()):,} candidate "
                          "designs")
+            if problem.predictors is not None:
+                lines.extend(_dense_first(results, here, problem))
             if target is not None:
-                lines.extend(_baseline_line(results, here, formats, target, problem.speed))
+                lines.extend(_baseline_line(results, here, formats, target, problem.speed,
+                                            _accuracy_text(problem)))
             group = ranked[(ranked["model"] == model) & (ranked["batch"] == b)]
             lines.extend(_ranked_lines(group, problem, top))
             if problem.predictors is not None:
@@ -262,19 +367,93 @@ def report(outcome, top: int) -> str:
     return "\n".join(lines)
 
 
+def _hardware_line(space, numerics) -> str:
+    """The hardware the search priced, its dtypes, every override it applied and every
+    knob."""
+    said = (f"hardware: {', '.join(space.hardware)} at {numerics.dtype} (vector ops "
+            f"{numerics.vector_dtype})")
+    if space.fixed:
+        said += "; set " + ", ".join(f"{path} = {_shown(value)}" for path, value in space.fixed)
+    if space.knobs:
+        said += "; varied " + ", ".join(k.path for k in space.knobs)
+    return said
+
+
+def _shown(value) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return str(value)
+
+
+def _dense_first(results, here, problem) -> list[str]:
+    """A calibrated search says first when no sparse candidate is expected to beat dense:
+    a target over a slower baseline can still be met, and that reads as a win it is not."""
+    speed = problem.speed
+    sparse = here & candidate_rows(results) & (results["format"] != "dense").to_numpy()
+    if not sparse.any() or speed not in results:
+        return []
+    speeds = results[speed].to_numpy(dtype=float)
+    rows = np.flatnonzero(sparse)
+    top = rows[np.nanargmax(speeds[rows])]
+    if speeds[top] >= 1.0:
+        return []
+    return [f"  no sparse format is expected to beat dense here: the fastest, "
+            f"{results['format'].iloc[top]}, runs at {speeds[top]:.3f}x of dense by the "
+            "expectation (the bound's speedups are beside it)"]
+
+
 def candidate_rows(results: pd.DataFrame) -> np.ndarray:
     return (results["role"] == "candidate").to_numpy()
 
 
-def _baseline_line(results, here, formats, target, speed: str = "speedup") -> list[str]:
+def _allowed(problem) -> str:
+    """The target's accuracy allowance, in the metric's words."""
+    drop = problem.target.max_acc_drop
+    if getattr(problem, "lower_is_better", False):
+        what = ("perplexity increase over dense" if problem.metric == "wikitext2_ppl"
+                else f"{problem.metric} points lost against dense")
+        return f"{what} at most {drop:g} above the baseline's"
+    return f"accuracy drop <= {drop:g} points"
+
+
+def _llm_accuracy_line(problem) -> str:
+    metric = ("WikiText-2 perplexity increase over the same source's dense model"
+              if problem.metric == "wikitext2_ppl"
+              else f"{problem.metric} points lost against the same source's dense model")
+    return (f"accuracy: published figures from {problem.table.where} for {problem.weights} "
+            f"weights, as the {metric} (lower is better); formats without a published figure "
+            "are kept and reported as 'no accuracy', never guessed")
+
+
+def _accuracy_text(problem):
+    """How an accuracy value reads in the report: ``(value, status) -> text``."""
+    if not getattr(problem, "lower_is_better", False):
+        return lambda value, status: f"accuracy {_fmt(value, '.2f')} ({status})"
+    perplexity = problem.metric == "wikitext2_ppl"
+
+    def text(value, status):
+        if pd.isna(value):
+            return "no accuracy (no published figure)"
+        if perplexity:
+            return f"perplexity {value:+.2f} over dense ({status})"
+        return f"{problem.metric} {value:.2f} points below dense ({status})"
+    return text
+
+
+def _baseline_line(results, here, formats, target, speed: str = "speedup",
+                   accuracy_text=None) -> list[str]:
     rows = np.flatnonzero(here & (formats == target.baseline.name))
     if len(rows) == 0:
         return []
     b = results.iloc[rows[0]]
     said = (f"speedup {b['speedup']:.3f}x over dense" if speed == "speedup" else
             f"expected speedup {b[speed]:.3f}x over dense (bound {b['speedup']:.3f}x)")
+    accuracy_text = accuracy_text or (
+        lambda value, status: f"accuracy {_fmt(value, '.2f')} ({status})")
+    source = (f"; {b['accuracy_source']}" if "accuracy_source" in b and b["accuracy_source"]
+              else "")
     return [f"  baseline {target.baseline.name}: {said}, "
-            f"accuracy {_fmt(b['accuracy'], '.2f')} ({b['accuracy_status']})"
+            f"{accuracy_text(b['accuracy'], b['accuracy_status'])}{source}"
             + (f" at hardware point {b['hw_point']} (it varies with the hardware)"
                if len(rows) > 1
                else "")]
@@ -301,10 +480,23 @@ def _ranked_lines(group: pd.DataFrame, problem, top: int) -> list[str]:
     if target is not None:
         shown[f"x {target.baseline.name}"] = shown_rows["speedup_over_baseline"].map(
             lambda v: f"{v:.3f}")
-    shown["accuracy"] = shown_rows["accuracy"].map(lambda v: _fmt(v, ".2f"))
-    if target is not None:
-        shown["drop"] = shown_rows["accuracy_drop"].map(lambda v: _fmt(v, "+.2f"))
-    shown["acc. from"] = shown_rows["accuracy_status"].astype(str)
+    if getattr(problem, "lower_is_better", False):  # a language model: degradation from dense
+        label = "ppl incr." if problem.metric == "wikitext2_ppl" else "pts lost"
+        shown[label] = shown_rows["accuracy"].map(
+            lambda v: "no accuracy" if pd.isna(v) else f"{v:+.2f}")
+        if target is not None:
+            shown["vs base"] = shown_rows["accuracy_drop"].map(lambda v: _fmt(v, "+.2f"))
+        if "tokens_per_s" in shown_rows and shown_rows["tokens_per_s"].notna().any():
+            shown["tokens/s"] = shown_rows["tokens_per_s"].map(lambda v: _fmt(v, ",.1f"))
+        if "ttft_s" in shown_rows and shown_rows["ttft_s"].notna().any():
+            shown["TTFT (ms)"] = shown_rows["ttft_s"].map(lambda v: _fmt(v * 1e3, ".4g"))
+        shown["acc. from"] = [s or "no published figure"
+                              for s in shown_rows["accuracy_source"].astype(str)]
+    else:
+        shown["accuracy"] = shown_rows["accuracy"].map(lambda v: _fmt(v, ".2f"))
+        if target is not None:
+            shown["drop"] = shown_rows["accuracy_drop"].map(lambda v: _fmt(v, "+.2f"))
+        shown["acc. from"] = shown_rows["accuracy_status"].astype(str)
     column = problem.objective.column
     if problem.objective.needs_energy:
         shown["energy/inf (mJ)"] = shown_rows["energy_per_inference_j"].map(
@@ -383,7 +575,7 @@ def _misses(missed: np.ndarray, formats: pd.Categorical, verdicts: pd.Categorica
     parts = []
     fmt_codes, verdict_codes = formats.codes, verdicts.codes
     for verdict in ("too slow", "too inaccurate", "too slow and too inaccurate",
-                    "does not fit"):
+                    "does not fit", "no accuracy"):
         if verdict not in verdicts.categories:
             continue
         rows = missed & (verdict_codes == verdicts.categories.get_loc(verdict))
@@ -393,8 +585,9 @@ def _misses(missed: np.ndarray, formats: pd.Categorical, verdicts: pd.Categorica
         names = [str(formats.categories[c]) for c in codes]
         shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8
                                         else "")
-        label = ("does not fit in DRAM, never ranked" if verdict == "does not fit"
-                 else verdict)
+        label = {"does not fit": "does not fit in DRAM, never ranked",
+                 "no accuracy": "no accuracy (no published figure), never ranked"}.get(
+            verdict, verdict)
         parts.append(f"    {label} ({int(rows.sum()):,}): {shown}")
     return [f"  {int(missed.sum()):,} not ranked:" if all("does not fit" in p for p in parts)
             else f"  {int(missed.sum()):,} miss it:"] + parts
