@@ -2,10 +2,13 @@
 
 The public API; each name lives in the engine package that owns it:
 
-* :mod:`dse.roofline` (the speed-of-light engine): ``evaluate``, ``evaluate_layers``,
-  ``Numerics``;
-* :mod:`dse.sim` (the event-level engine): ``simulate``, ``SimConfig``;
-* :mod:`dse.explore` (grids over both): ``sweep``, ``Roofline``, ``Simulator``.
+* :mod:`dse.roofline` (the speed-of-light engine): ``evaluate_designs``, ``Numerics``;
+* :mod:`dse.sim` (the event-level engine): ``SimConfig``, ``Simulation``;
+* :mod:`dse.explore` (grids over both): ``sweep``, ``Roofline``, ``Simulator``;
+* :mod:`dse.api` and :mod:`dse.comparison` (the engines' calls as the command line makes them,
+  with ``calibrated=``: the expectation beside the bound): ``evaluate``, ``evaluate_layers``,
+  ``simulate`` (returning a ``CalibratedSimulation`` when calibrated), ``expected_ops``,
+  ``compare`` and its ``Comparison``.
 
 ``dse.output`` writes result files; ``dse.accuracy`` owns accuracy tables and the pruning
 trainer; ``dse.cli`` is the command line. The engines and ``dse.explore`` are imported on first
@@ -40,6 +43,8 @@ def _numba_cache_dir() -> None:
 _numba_cache_dir()
 
 __all__ = [
+    "CalibratedSimulation",
+    "Comparison",
     "DTYPE_BYTES",
     "FUSIONS",
     "SCOPES",
@@ -52,9 +57,11 @@ __all__ = [
     "Simulation",
     "SimulationError",
     "Simulator",
+    "compare",
     "evaluate",
     "evaluate_designs",
     "evaluate_layers",
+    "expected_ops",
     "simulate",
     "sweep",
 ]
@@ -65,19 +72,21 @@ except _metadata.PackageNotFoundError:  # a source tree on sys.path without an i
 
 #: Names imported on first use, and the package that owns each: ``import dse`` loads neither
 #: pandas nor numba (0.4 s on the project's machine) until a name needs them.
-_LAZY = {"evaluate": "dse.api",
+_LAZY = {**{name: "dse.api" for name in (
+             "CalibratedSimulation", "evaluate", "evaluate_layers", "expected_ops", "simulate")},
+         "Comparison": "dse.comparison", "compare": "dse.comparison",
          **{name: "dse.roofline" for name in (
              "DTYPE_BYTES", "FUSIONS", "SCOPES", "Designs", "EvaluationError", "Numerics",
-             "NumericsError", "evaluate_designs", "evaluate_layers")},
+             "NumericsError", "evaluate_designs")},
          "SimConfig": "dse.sim", "Simulation": "dse.sim", "SimulationError": "dse.sim",
-         "simulate": "dse.sim", "sweep": "dse.explore", "Roofline": "dse.explore",
+         "sweep": "dse.explore", "Roofline": "dse.explore",
          "Simulator": "dse.explore"}
 
 
 #: Subpackages and modules, loaded on first attribute access too (``dse.roofline.X`` after a
 #: bare ``import dse``), as when ``import dse`` still imported them.
-_SUBMODULES = ("accuracy", "api", "calibrate", "cli", "explore", "measure", "output", "roofline",
-               "sim")
+_SUBMODULES = ("accuracy", "api", "calibrate", "cli", "comparison", "design_columns", "explore",
+               "measure", "output", "roofline", "sim")
 
 
 def __getattr__(name: str):

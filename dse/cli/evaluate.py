@@ -5,21 +5,17 @@ from __future__ import annotations
 import argparse
 import re
 
-import numpy as np
 import pandas as pd
 
 from formats import GRAMMAR_HELP
-from workloads import MAX_BATCH, llm_names, trace_names
+from workloads import llm_names, trace_names
 
+from .. import design_columns
+from ..api import evaluate_layers
 from ..calibrate.expected import expected_designs
+from ..design_columns import language_model_columns, with_language_model_columns
 from ..output import format_seconds, write_table
-from ..roofline import (
-    energy_frame,
-    evaluate,
-    evaluate_layer_frames,
-    evaluate_layers,
-    memory_frame,
-)
+from ..roofline import evaluate
 from .options import (
     CALIBRATED_FIX,
     Default,
@@ -71,11 +67,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     for trace in d.traces:
         expected = None if predictors is None else expected_ops(trace, d, predictors)
         if args.per_layer:
-            table = pd.concat([evaluate_layers(trace, d.hardware, d.formats, d.batches,
-                                               fusion=f, scope=d.scope, numerics=d.numerics)
-                               for f in d.fusions], ignore_index=True)
-            if expected is not None:
-                table = _with_expected_layers(table, expected)
+            table = evaluate_layers(trace, d.hardware, d.formats, d.batches, fusion=d.fusions,
+                                    scope=d.scope, numerics=d.numerics, calibrated=predictors)
             print(_layer_table(table))
         else:
             table = evaluate(trace, d.hardware, d.formats, d.batches, fusion=d.fusions,
@@ -85,10 +78,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             table = with_energy_and_memory(table, trace, d)
             language = bool(trace.provenance.get("phase"))
             if language:
-                table = language_model_columns(table, trace, d.numerics.value_bytes,
-                                               d.numerics.kv_value_bytes)
-                table = table.assign(weight_dtype=d.numerics.weight_label,
-                                     kv_dtype=d.numerics.kv_dtype or d.numerics.dtype)
+                table = with_language_model_columns(table, trace, d.numerics)
             print(_design_table(table, trace))
             print(_energy_table(table))
             if language:
@@ -120,58 +110,10 @@ def check_quantisation(args: argparse.Namespace, d) -> None:
 
 
 def with_energy_and_memory(table: pd.DataFrame, trace, d) -> pd.DataFrame:
-    """The designs with energy, power (and the cap) and memory (peak, fits) columns."""
-    layers = evaluate_layer_frames(trace, d.hardware, d.formats, d.batches, d.fusions,
-                                   [d.scope], d.numerics)
-    table = energy_frame(table, layers, trace, d.hardware, d.numerics)
-    return memory_frame(table, layers, trace, d.hardware, d.numerics)
-
-
-def language_model_columns(table: pd.DataFrame, trace, value_bytes: float,
-                           kv_dtype_bytes: float | None = None) -> pd.DataFrame:
-    """The designs of a language-model step (``workloads.llm``) with ``phase``, ``context``,
-    ``tokens_per_s`` and ``time_per_token_s`` (decode: each step gives every request one token),
-    ``ttft_s`` (prefill: the prompt and the first token), ``kv_bytes_per_token``,
-    ``kv_cache_bytes`` (the batch's, at the context) and ``params`` (every parameter);
-    ``weight_bytes`` is already there: the weights a step reads, in the design's format. The KV
-    cache is stored in ``kv_dtype_bytes`` (default: ``value_bytes``, the compute dtype's).
-
-    The memory columns (``peak_memory_bytes``, ``fits``, ``largest_batch_that_fits``) are redone
-    with what the trace cannot hold: the KV cache is resident beside the weights and
-    activations, and so is an untied embedding table, which a step does not read (the lookup
-    reads rows) and the trace's weights therefore leave out."""
-    p = trace.provenance
-    kvb = value_bytes if kv_dtype_bytes is None else kv_dtype_bytes
-    decode = p["phase"] == "decode"
-    latency = table["latency_s"]
-    nothing = pd.Series(float("nan"), index=table.index)
-    batch = table["batch"].to_numpy(dtype=np.float64)
-    weights = (table["weight_storage_bytes"].to_numpy(dtype=np.float64)
-               + (p["resident_weight_elems"] - trace.params) * value_bytes)
-    kv_per_request = p["kv_cache_elems"] * kvb
-    per_request = table["activation_peak_bytes"].to_numpy(dtype=np.float64) / batch \
-        + kv_per_request
-    peak = weights + per_request * batch
-    capacity = table["dram_capacity_bytes"].to_numpy(dtype=np.float64)
-    known = ~np.isnan(capacity)
-    with np.errstate(invalid="ignore"):
-        largest = np.clip(np.floor((capacity - weights) / per_request), 0, MAX_BATCH)
-    out = table.assign(
-        phase=p["phase"], context=p["context"],
-        tokens_per_s=table["batch"] / latency if decode else nothing,
-        time_per_token_s=latency if decode else nothing,
-        ttft_s=nothing if decode else latency,
-        kv_bytes_per_token=p["kv_elems_per_token"] * kvb,
-        kv_cache_bytes=batch * kv_per_request,
-        params=p["params"],
-        weight_storage_bytes=weights,
-        peak_memory_bytes=peak)
-    out["fits"] = pd.array(np.where(known, peak <= capacity, False), dtype="boolean")
-    out.loc[~known, "fits"] = pd.NA
-    out["largest_batch_that_fits"] = pd.array(np.where(known, largest, 0).astype(np.int64),
-                                              dtype="Int64")
-    out.loc[~known, "largest_batch_that_fits"] = pd.NA
-    return out
+    """The designs with energy, power (and the cap) and memory (peak, fits) columns: the
+    library's :func:`dse.design_columns.with_energy_and_memory` of the options' design."""
+    return design_columns.with_energy_and_memory(table, trace, d.hardware, d.formats,
+                                                 d.batches, d.fusions, d.scope, d.numerics)
 
 
 def _language_model_table(table: pd.DataFrame, trace) -> str:
@@ -186,6 +128,14 @@ def _language_model_table(table: pd.DataFrame, trace) -> str:
     else:
         name, cells = seconds_column(table["ttft_s"], "TTFT")
     shown[name] = cells
+    if "expected_tokens_per_s" in table:  # calibrated: the expectation beside the bound
+        if decode:
+            shown["expected tokens/s"] = table["expected_tokens_per_s"].map(
+                lambda x: f"{x:,.1f}")
+            name, cells = seconds_column(table["expected_time_per_token_s"], "expected")
+        else:
+            name, cells = seconds_column(table["expected_ttft_s"], "expected TTFT")
+        shown[name] = cells
     shown["weights read (GB)"] = table["weight_bytes"].map(lambda x: f"{x / 1e9:.3g}")
     shown["KV cache (GB)"] = table["kv_cache_bytes"].map(lambda x: f"{x / 1e9:.3g}")
     what = (f"decode at context {p['context']}: one new token per request per step" if decode
@@ -290,15 +240,3 @@ def _layer_table(table: pd.DataFrame) -> str:
         shown["predictor"] = table["predictor"].str.split(":").str[1:].str.join(":")
     shown["fallback"] = shown["fallback"].replace("", missing())
     return shown.to_string(index=False)
-
-
-_EXPECTED_COLUMNS = ["expected_s", "predictor", "kernel", "validated_rmspe", "calibration"]
-
-
-def _with_expected_layers(table: pd.DataFrame, expected: pd.DataFrame) -> pd.DataFrame:
-    """Per-op rows of every fusion model with the (unfused) expectation of the same op."""
-    keys = ["hardware", "format", "batch", "op"]
-    right = expected[keys + _EXPECTED_COLUMNS].drop_duplicates(keys)
-    out = table.merge(right, on=keys, how="left")
-    out["fraction_of_sol"] = (out["time_s"] / out["expected_s"]).where(out["expected_s"] > 0)
-    return out

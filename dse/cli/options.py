@@ -29,12 +29,12 @@ from formats import parse as parse_format
 from workloads import MAX_BATCH, Trace, load_model
 from workloads.llm import PHASES, check_priceable
 
-from ..calibrate.expected import expected_layers
+from .. import api
 from ..calibrate.predictor import DevicePredictors, load_predictors
 from ..explore import EVALUATORS, ROOFLINE, Evaluator, Simulator
 from ..measure.budget import MAX_BUDGET_S, duration_text, parse_duration
 from ..output import OutputError, check_output_path
-from ..roofline import SCOPES, EvaluationError, Numerics, evaluate_layers
+from ..roofline import SCOPES, EvaluationError, Numerics
 from ..roofline.evaluator import fusion_models
 from ..roofline.numerics import DEFAULT_INT4_GROUP, DTYPE_BYTES, WEIGHT_DTYPE_BYTES
 from ..sim import LOCAL, SimConfig, SimulationError
@@ -526,11 +526,10 @@ def predictors_from_args(args: argparse.Namespace) -> DevicePredictors | None:
 
 def expected_ops(trace: Trace, design: Design, predictors: DevicePredictors) -> pd.DataFrame:
     """Every op of every design of ``trace`` on ``design``'s hardware, formats and batches,
-    priced by ``predictors`` (``dse.calibrate.expected.expected_layers``). Kernels as they
-    exist run one op at a time, so the expectation is unfused whatever ``--fusion`` says."""
-    layers = evaluate_layers(trace, design.hardware, design.formats, design.batches,
-                             fusion="unfused", scope=design.scope, numerics=design.numerics)
-    return expected_layers(layers, trace, predictors)
+    priced by ``predictors``: :func:`dse.api.expected_ops` of the options' design (unfused
+    whatever ``--fusion`` says)."""
+    return api.expected_ops(trace, design.hardware, design.formats, design.batches, predictors,
+                            design.scope, design.numerics)
 
 
 # --- inputs and outputs: checked before any work -------------------------------------------------

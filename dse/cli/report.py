@@ -3,30 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 import pandas as pd
 
 from workloads import trace_names
 
-from ..accuracy import DEFAULT_TABLE, attach_accuracy, load_accuracy_table
-from ..calibrate.expected import expected_designs
 from ..calibrate.predictor import CalibrationError
+from ..comparison import compare
 from ..explore import Calibrated, SweepError, feature_overhead, parse_vary, sweep
 from ..explore.studies import DEFAULT_BATCHES, DEFAULT_FORMATS
-from ..measure.dataset import concat, load_dataset
-from ..measure.errors import DatasetError
-from ..output import write_table
-from ..roofline import (
-    evaluate,
-    evaluate_layers,
-)
+from ..output import FileSet, write_table
 from .evaluate import (
     check_quantisation,
     fallback_summary,
-    language_model_columns,
-    with_energy_and_memory,
 )
 from .options import (
     CALIBRATED_FIX,
@@ -37,7 +27,6 @@ from .options import (
     check_outputs,
     design_from_args,
     evaluator_from_args,
-    expected_ops,
     nonempty_text,
     number,
     path_value,
@@ -156,7 +145,7 @@ def add_parsers(commands) -> None:
 # --- commands ---------------------------------------------------------------------------------
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    import reports
+    from reports.design_report import design_report
 
     check_outputs(folders=[("--out", args.out)],
                   inputs=[("--accuracy-table", args.accuracy_table, "file")])
@@ -165,166 +154,24 @@ def _cmd_report(args: argparse.Namespace) -> int:
                                "give --calibrated DEVICE too")
     d = design_from_args(args)
     check_quantisation(args, d)
-    predictors = predictors_from_args(args)
-    dataset_name, dataset = _measured_dataset(args.measured, predictors)
-    table = load_accuracy_table(args.accuracy_table or DEFAULT_TABLE)  # before any work
-    fusion = d.fusions[0]
-    frames, expected = [], []
-    for t in d.traces:
-        frame = evaluate(t, d.hardware, d.formats, d.batches, fusion=fusion, scope=d.scope,
-                         numerics=d.numerics)
-        if predictors is not None:
-            exp = expected_ops(t, d, predictors)
-            frame = expected_designs(frame, exp)
-            expected.append(exp)
-        frames.append(frame)
-    decode = _decode_sections(d, frames)
-    evaluated = pd.concat(frames, ignore_index=True)
-    expected = pd.concat(expected, ignore_index=True) if expected else None
-    # Every accelerator of --hw gets its four charts (names suffixed by the accelerator
-    # where there are several); every requested batch is charted on each.
-    sections, measured = [], None
-    for hw in d.hardware:
-        charts, drawn = _hardware_sections(hw, d, evaluated, expected, table, predictors,
-                                           dataset, dataset_name, several=len(d.hardware) > 1)
-        sections += charts
-        measured = drawn if measured is None else measured
-    sections += [section for section, _ in decode]
-    tables, intro = [("Designs", evaluated)], []
-    if predictors is not None:
-        intro = reports.calibration_text(predictors, expected, measured, dataset_name)
-        if dataset_name is not None and dataset is None:
-            intro.append(f"Measured points: none (dataset {dataset_name} of the predictors "
-                         "cannot be found here; give one with --measured).")
-        tables += _calibration_tables(predictors, expected)
-    index = reports.write_report(args.out, "dse report", sections, tables=tables,
-                                 command=args.command_line, hardware=d.hardware, intro=intro)
-    print(f"wrote {index} ({len(sections)} charts"
-          + (f", 4 for each of {len(d.hardware)} accelerators" if len(d.hardware) > 1 else "")
-          + (f", {len(decode)} of decode tokens/s" if decode else "") + ")")
-    for _, line in decode:
+    report = design_report(d.traces, d.hardware, d.formats, d.batches, fusion=d.fusions[0],
+                           scope=d.scope, numerics=d.numerics,
+                           calibrated=predictors_from_args(args), measured=args.measured,
+                           accuracy_table=args.accuracy_table)
+    index = report.write(args.out, command=args.command_line)
+    decode, several = len(report.decode_fits), len(report.hardware)
+    print(f"wrote {index} ({len(report.sections)} charts"
+          + (f", 4 for each of {several} accelerators" if several > 1 else "")
+          + (f", {decode} of decode tokens/s" if decode else "") + ")")
+    for line in report.decode_fits:
         print(line)
-    if predictors is not None:
-        print(f"expected: kernel predictors {predictors.name}, an expectation, not a bound"
-              + (f"; measured: {len(measured)} points of dataset {dataset_name}"
-                 f" ({measured['match'].iloc[0]})" if measured is not None and len(measured)
-                 else ""))
+    measured = report.measured
+    if report.predictors is not None:
+        print(f"expected: kernel predictors {report.predictors.name}, an expectation, not a "
+              "bound" + (f"; measured: {len(measured)} points of dataset {report.dataset}"
+                         f" ({measured['match'].iloc[0]})" if measured is not None
+                         and len(measured) else ""))
     return 0
-
-
-def _decode_sections(d, frames: list[pd.DataFrame]) -> list[tuple]:
-    """For each decode trace and accelerator: the chart of tokens/s against batch with the
-    memory-fit limits (``reports.decode_chart``), and the line the command prints of it."""
-    import reports
-
-    out = []
-    several = len(d.hardware) > 1 or sum(
-        t.provenance.get("phase") == "decode" for t in d.traces) > 1
-    for trace, frame in zip(d.traces, frames, strict=True):
-        if trace.provenance.get("phase") != "decode":
-            continue
-        table = language_model_columns(with_energy_and_memory(frame, trace, d), trace,
-                                       d.numerics.value_bytes, d.numerics.kv_value_bytes)
-        table = table.assign(weight_dtype=d.numerics.weight_label,
-                             kv_dtype=d.numerics.kv_dtype or d.numerics.dtype)
-        for hw in d.hardware:
-            data = reports.decode_data(table[table["hardware"] == hw.name])
-            name = f"decode-{_slug(trace.model)}-{_slug(hw.name)}" if several else "decode"
-            title = (f"Decode tokens/s against batch, {trace.provenance['config']} on "
-                     f"{hw.name} at context {trace.provenance['context']:,}")
-            limits = data.drop_duplicates("series")
-            fit = "; ".join(f"{r.series} " + (missing() if pd.isna(r.largest_batch_that_fits)
-                                               else f"{int(r.largest_batch_that_fits):,}")
-                            for r in limits.itertuples())
-            out.append((reports.Section(name, title, reports.decode_chart(data), data),
-                        f"{name}: largest batch that fits in DRAM (speed-of-light tokens/s "
-                        f"drawn against batch): {fit}"))
-    return out
-
-
-def _slug(name: str) -> str:
-    """An accelerator's name as a section name (``[a-z0-9][a-z0-9_-]*``)."""
-    slug = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")
-    return slug[:40] or "hw"
-
-
-def _hardware_sections(hw, d, evaluated, expected, table, predictors, dataset, dataset_name,
-                       several: bool):
-    """The report's four charts on one accelerator (Sparsity Roofline, per-layer roofline,
-    bound mix, feature share) and the measured points drawn on it."""
-    import reports
-
-    fusion, batches = d.fusions[0], ", ".join(map(str, d.batches))
-    exp_hw = None if expected is None else \
-        expected[expected["hardware"] == hw.name].reset_index(drop=True)
-    layers = pd.concat([evaluate_layers(t, hw, d.formats, d.batches, fusion=fusion,
-                                        scope=d.scope, numerics=d.numerics) for t in d.traces],
-                       ignore_index=True)
-    on_hw = evaluated[evaluated["hardware"] == hw.name]
-    with_accuracy = attach_accuracy(on_hw.copy(), table)
-    roof = pd.concat([reports.sparsity_roofline_data(
-        with_accuracy[with_accuracy["batch"] == b],
-        None if exp_hw is None else exp_hw[exp_hw["batch"] == b])
-        for b in d.batches], ignore_index=True)
-    measured = None if dataset is None else reports.measured_data(
-        dataset, layers, d.traces, name=dataset_name)
-    per_layer = reports.roofline_data(layers, hw, d.numerics, expected=exp_hw,
-                                      measured=measured)
-    mix = pd.concat([reports.bound_mix_data(layers[layers["batch"] == b]) for b in d.batches],
-                    ignore_index=True)
-    shares = reports.feature_share_data(on_hw)
-    where = f"on {hw.name}"
-    beside = roof_beside = ""
-    if predictors is not None:
-        roof_beside = f": bound and expected (predictors {predictors.name})"
-        beside = (f": bound, expected (predictors {predictors.name})"
-                  + (f" and measured (dataset {dataset_name})" if measured is not None else ""))
-    lacking = [t.model for t in d.traces if t.model not in set(roof["model"])]
-    suffix = f"-{_slug(hw.name)}" if several else ""
-    return [
-        reports.Section(f"sparsity-roofline{suffix}",
-                        f"Sparsity Roofline {where}, batch {batches}{roof_beside}",
-                        reports.sparsity_roofline_chart(roof), roof,
-                        note=f"Not drawn: {', '.join(lacking)} (no accuracy in the accuracy "
-                             "table; give one with --accuracy-table)" if lacking else ""),
-        reports.Section(f"roofline{suffix}",
-                        f"Per-layer roofline {where}, batch {batches}{beside}",
-                        reports.roofline_chart(per_layer), per_layer),
-        reports.Section(f"bound-mix{suffix}", f"Memory- and compute-bound share of time by "
-                        f"format {where}, batch {batches}", reports.bound_mix_chart(mix), mix),
-        reports.Section(f"feature-share{suffix}", f"Feature share of DRAM traffic and speedup "
-                        f"by batch {where}", reports.feature_share_chart(shares), shares),
-    ], measured
-
-
-def _calibration_tables(predictors, expected: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """The tables a calibrated report adds: the predictors with their held-out errors, and
-    the ops priced without their family's kernel data (when there are any)."""
-    import reports
-
-    tables = [(f"Kernel predictors {predictors.name} and their held-out errors",
-               reports.predictor_table(predictors, expected))]
-    fallbacks = reports.calibration_fallbacks(expected)
-    if len(fallbacks):
-        tables.append(("Expected: ops priced without their family's kernel data", fallbacks))
-    return tables
-
-
-def _measured_dataset(name: str | None, predictors) -> tuple[str | None, pd.DataFrame | None]:
-    """The measured kernels to draw: ``--measured`` (its errors are the user's), else the
-    dataset the predictors were trained on, when it can be loaded here."""
-    if predictors is None:
-        return None, None
-    if name:
-        return name, load_dataset(name)
-    name = predictors.provenance.get("dataset") or None
-    if name is None:
-        return None, None
-    try:  # predictors trained on several datasets name them "a, b"
-        frames = [load_dataset(part.strip()) for part in str(name).split(",")]
-    except DatasetError:
-        return name, None
-    return name, frames[0] if len(frames) == 1 else concat(frames)
 
 
 def _comparison_text(frame: pd.DataFrame) -> str:
@@ -356,64 +203,26 @@ def _comparison_text(frame: pd.DataFrame) -> str:
     return shown.to_string(index=False)
 
 
-#: What a calibrated report's energy chart says of itself: energy has no expected counterpart.
-_ENERGY_IS_THE_BOUNDS = ("Energy comes from the bound (the speed-of-light latency and its "
-                         "traffic); the kernel predictors price time only, so this chart has no "
-                         "expected series.")
-
-
 def _cmd_compare(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)], folders=[("--report", args.report)])
     d = design_from_args(args)
     check_quantisation(args, d)
-    predictors = predictors_from_args(args)
-    frames, expected = [], []
-    for t in d.traces:
-        frame = evaluate(t, d.hardware, d.formats, d.batches, fusion=d.fusions, scope=d.scope,
-                         numerics=d.numerics)
-        if predictors is not None:
-            expected.append(expected_ops(t, d, predictors))
-            frame = expected_designs(frame, expected[-1])
-        frames.append(with_energy_and_memory(frame, t, d))
-    frame = pd.concat(frames, ignore_index=True)
-    frame = frame.sort_values(["model", "batch", "format", "hardware"], kind="stable")
-    expected = pd.concat(expected, ignore_index=True) if expected else None
+    c = compare(d.traces, d.hardware, d.formats, d.batches, fusion=d.fusions, scope=d.scope,
+                numerics=d.numerics, calibrated=predictors_from_args(args))
+    frame, expected, predictors = c.frame(), c.expected, c.predictors
     print(_comparison_text(frame))
     if expected is not None:
         print(calibration_note(expected, predictors))
-    unpriced = sorted({g.strip() for gaps in frame["energy_unpriced"]
-                       for g in str(gaps).split(";") if g.strip()})
-    if unpriced:
+    if c.unpriced_energy:
         print("energy leaves out what the spec has no figure for (a lower bound there): "
-              + ", ".join(unpriced))
+              + ", ".join(c.unpriced_energy))
     if args.out is not None:
         write_table(frame, args.out)
         print(f"wrote {len(frame)} rows to {args.out}")
     if args.report is not None:
-        import reports
+        from reports.design_report import comparison_report
 
-        data = reports.hardware_comparison_data(frame)
-        beside = "" if predictors is None else \
-            f": bound and expected (predictors {predictors.name})"
-        sections = [reports.Section("hardware-comparison",
-                                    f"Latency and speedup by accelerator{beside}",
-                                    reports.hardware_comparison_chart(data), data)]
-        for (model, fusion), rows in frame.groupby(["model", "fusion"], sort=False):
-            energy = reports.energy_breakdown_data(rows)
-            name = "energy" + ("" if len(d.traces) * len(d.fusions) == 1
-                               else f"-{model}-{fusion}")
-            sections.append(reports.Section(
-                name, f"Energy per inference by unit and traffic class, {model}, {fusion}",
-                reports.energy_breakdown_chart(energy), energy,
-                note=_ENERGY_IS_THE_BOUNDS if predictors is not None else ""))
-        tables, intro = [("Designs", frame)], []
-        if predictors is not None:
-            intro = reports.calibration_text(predictors, expected, marked=None,
-                                             draws_measured=False)
-            tables += _calibration_tables(predictors, expected)
-        index = reports.write_report(args.report, "dse compare", sections, tables=tables,
-                                     command=args.command_line, hardware=d.hardware,
-                                     intro=intro)
+        index = comparison_report(c).write(args.report, command=args.command_line)
         print(f"wrote {index}")
     return 0
 
@@ -434,38 +243,45 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     frame = sweep(d.traces, d.hardware_names, d.overrides, d.formats, varies, d.batches,
                   fusion=d.fusions, scope=d.scope, numerics=d.numerics,
                   evaluator=evaluator, progress=StatusLine("swept"))
-    write_table(frame, args.out)
+    # --out and --report are one set (dse.output.FileSet): both complete, or neither there.
+    with FileSet() as files:
+        write_table(frame, args.out)
+        if args.report is not None:
+            _sweep_report(files.folder(args.report), frame, varies, predictors)
     print(_sweep_summary(frame, varies))
     if predictors is not None:
         print("\n".join([expectation_line(predictors), *predictors_used(frame, predictors)]))
     print(f"wrote {len(frame)} rows ({len(varies)} varied dimensions) to {args.out}")
     if args.report is not None:
-        import reports
-
-        beside = "" if predictors is None else \
-            f": bound and expected (predictors {predictors.name})"
-        sections = []
-        if any(v.name == "batch" for v in varies):
-            # One hardware point: the feature share does not depend on it, the speedup may.
-            first = frame[frame["hardware"] == frame["hardware"].iloc[0]]
-            first = first.drop_duplicates(["model", "format", "batch"])
-            data = reports.feature_share_data(first)
-            sections.append(reports.Section("feature-share", "Feature share and speedup by "
-                                            f"batch{beside}",
-                                            reports.feature_share_chart(data), data))
-        data = reports.hardware_comparison_data(frame)
-        sections.append(reports.Section("designs", f"Speedup of every swept design{beside}",
-                                        reports.hardware_comparison_chart(data), data))
-        tables, intro = [("Sweep", frame)], []
-        if predictors is not None:
-            intro = [reports.predictors_text(predictors),
-                     *[line.strip() for line in predictors_used(frame, predictors)]]
-            tables.append((f"Kernel predictors {predictors.name} and their held-out errors",
-                           reports.predictor_table(predictors)))
-        index = reports.write_report(args.report, "dse sweep", sections, tables=tables,
-                                     intro=intro)
-        print(f"wrote {index}")
+        print(f"wrote {args.report / 'index.html'}")
     return 0
+
+
+def _sweep_report(folder, frame: pd.DataFrame, varies, predictors) -> None:
+    """The sweep's report, written into ``folder``."""
+    import reports
+
+    beside = "" if predictors is None else \
+        f": bound and expected (predictors {predictors.name})"
+    sections = []
+    if any(v.name == "batch" for v in varies):
+        # One hardware point: the feature share does not depend on it, the speedup may.
+        first = frame[frame["hardware"] == frame["hardware"].iloc[0]]
+        first = first.drop_duplicates(["model", "format", "batch"])
+        data = reports.feature_share_data(first)
+        sections.append(reports.Section("feature-share", "Feature share and speedup by "
+                                        f"batch{beside}",
+                                        reports.feature_share_chart(data), data))
+    data = reports.hardware_comparison_data(frame)
+    sections.append(reports.Section("designs", f"Speedup of every swept design{beside}",
+                                    reports.hardware_comparison_chart(data), data))
+    tables, intro = [("Sweep", frame)], []
+    if predictors is not None:
+        intro = [reports.predictors_text(predictors),
+                 *[line.strip() for line in predictors_used(frame, predictors)]]
+        tables.append((f"Kernel predictors {predictors.name} and their held-out errors",
+                       reports.predictor_table(predictors)))
+    reports.write_report(folder, "dse sweep", sections, tables=tables, intro=intro)
 
 
 def _sweep_summary(frame: pd.DataFrame, varies) -> str:
@@ -591,20 +407,8 @@ def _cmd_feature_overhead(args: argparse.Namespace) -> int:
 
 def write_search_report(folder: Path, results: pd.DataFrame, title: str,
                         command: str | None = None, target=None) -> Path:
-    """The report of a search: its Pareto front and its target results (``target``: the
-    search's :class:`search.target.Target`, drawn as the chart's edges); ``command`` is
-    recorded on the page. A calibrated search's charts draw the expectation it ranked by
-    beside the bound."""
-    import reports
+    """The report of a search (:func:`reports.design_report.search_report`: its Pareto front
+    and its target results) written into ``folder``; ``command`` is recorded on the page."""
+    from reports.design_report import search_report
 
-    beside = ": bound and expected" if "expected_speedup" in results.columns else ""
-    pareto = reports.pareto_data(results)
-    sections = [reports.Section("pareto", f"Accuracy against speedup, Pareto front{beside}",
-                                reports.pareto_chart(pareto), pareto)]
-    if "speedup_over_baseline" in results.columns:
-        data = reports.target_data(results)
-        chart = (reports.target_chart(data) if target is None else
-                 reports.target_chart(data, target.ratio, target.max_acc_drop, target.text))
-        sections.append(reports.Section("target", "Speedup over the baseline against accuracy "
-                                        f"drop{beside}", chart, data))
-    return reports.write_report(folder, title, sections, command=command)
+    return search_report(results, title, target).write(folder, command=command)

@@ -8,13 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from formats import parse as parse_format
-
-from ..calibrate.expected import expected_layers, op_configs
-from ..calibrate.predictor import load_predictors
-from ..output import format_seconds, write_table
-from ..roofline import evaluate_layers
-from ..sim import SimulationError, simulate
+from ..api import CalibratedSimulation, simulate
+from ..output import FileSet, format_seconds, write_table
+from ..sim import SimulationError
 from .evaluate import fallback_summary
 from .options import (
     CALIBRATED_FIX,
@@ -26,6 +22,7 @@ from .options import (
     integer,
     nonempty_text,
     path_value,
+    predictors_from_args,
     sim_config_from_args,
 )
 from .progress import StatusLine
@@ -73,32 +70,25 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out), ("--timeline", args.timeline)],
                   folders=[("--report", args.report)])
     d = design_from_args(args)
-    priced, predictors = None, None
-    if args.calibrated is not None:
-        if d.fusions[0] != "unfused":
-            raise SimulationError(f"--calibrated with --fusion {d.fusions[0]}: kernel predictors "
-                                  "price kernels one op at a time; use --fusion unfused (the "
-                                  "default)")
-        predictors = load_predictors(args.calibrated)
-        layers = evaluate_layers(d.trace, d.accelerator, d.formats[0], d.batches[0],
-                                 fusion="unfused", scope=d.scope, numerics=d.numerics)
-        layers = layers[layers["format"] == parse_format(d.formats[0]).name]  # not dense's
-        priced = expected_layers(layers.reset_index(drop=True), d.trace, predictors)
-        priced["family"] = op_configs(layers, d.trace)["key"].to_numpy()
+    if args.calibrated is not None and d.fusions[0] != "unfused":
+        raise SimulationError(f"--calibrated with --fusion {d.fusions[0]}: kernel predictors "
+                              "price kernels one op at a time; use --fusion unfused (the "
+                              "default)")
     result = simulate(d.trace, d.accelerator, d.formats[0], d.batches[0], d.fusions[0],
                       d.scope, config, d.numerics, progress=StatusLine("simulated", "ops"),
-                      op_time_s=None if priced is None else dict(zip(
-                          priced["op"], priced["expected_s"], strict=True)))
-    if priced is not None:
-        print(_calibration_note(priced, predictors, result))
+                      calibrated=predictors_from_args(args))
+    if isinstance(result, CalibratedSimulation):
+        print(_calibration_note(result))
     _print_result(result, args.top)
-    if args.out is not None:
-        write_table(result.ops, args.out)
-    if args.timeline is not None:
-        write_table(result.timeline, args.timeline)
+    with FileSet():  # --out and --timeline: both written, or neither
+        if args.out is not None:
+            write_table(result.ops, args.out)
+        if args.timeline is not None:
+            write_table(result.timeline, args.timeline)
     if args.report is not None:
         _write_report(result, args.report, args.command_line, d.accelerator,
-                      None if predictors is None else predictors.name)
+                      result.predictors.name if isinstance(result, CalibratedSimulation)
+                      else None)
         print(f"report: {args.report / 'index.html'}")
     return 0
 
@@ -134,14 +124,15 @@ def _fallback_line(result) -> str:
             f"{result.design['format']}")
 
 
-def _calibration_note(priced: pd.DataFrame, predictors, result) -> str:
+def _calibration_note(result: CalibratedSimulation) -> str:
     """What the calibrated simulation is, and which predictor priced each op family (op kinds
     and formats' kernels) with its held-out error and how ops without data were priced."""
+    priced, predictors = result.expected, result.predictors
     lines = [f"calibrated: each op runs at the kernel time the {predictors.name} predictors "
              f"expect (kernels measured one op at a time on {predictors.name}, reference "
              f"{predictors.reference_hw}) instead of at peak; the latency below is an "
              f"expectation, not a bound. Sum of the predicted kernel times: "
-             f"{format_seconds(float(priced['expected_s'].sum()))} (as dse evaluate "
+             f"{format_seconds(result.expected_kernel_s)} (as dse evaluate "
              "--calibrated); the simulation adds what overlap, tiles and launches change."]
     used = priced[priced["expected_s"] > 0]
     for (family, name), group in used.groupby(["family", "predictor"], sort=True):
