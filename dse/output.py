@@ -4,9 +4,11 @@ interrupted run leaves nothing half-written). Library code: it never prints."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -18,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["FileSet", "OutputError", "SUFFIXES", "check_output_path", "check_report_dir",
-           "format_seconds", "write_atomic", "write_table"]
+           "format_seconds", "write_atomic", "write_failure", "write_table"]
 
 SUFFIXES = (".csv", ".parquet", ".json")
 
@@ -58,6 +60,14 @@ def check_report_dir(path: Path, option: str = "--report") -> Path:
     return path
 
 
+def write_failure(path: Path, exc: OSError) -> str:
+    """The one line for a write that failed: the path, the system's reason and the fix."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{path}: cannot write ({reason}); free space there or choose another folder"
+    return f"{path}: cannot write ({reason})"
+
+
 def _json_value(value):
     """A cell as a JSON value: numpy scalars to Python ones, NaN and infinities to null."""
     if isinstance(value, np.generic):
@@ -95,10 +105,12 @@ def write_table(table: pd.DataFrame, path: Path) -> None:
 class FileSet:
     """Several files written as one set. Inside ``with FileSet() as files:``, every
     :func:`write_atomic` (and so :func:`write_table`), from any thread, leaves its complete file
-    under its temporary name. When the block ends normally, all of them are renamed into place
-    at once, with Ctrl-C held off, so an interrupt leaves the whole set or none of it; when the
-    block raises (an error, Ctrl-C), every temporary file is removed and no target is touched.
-    ``committed`` lists the files renamed into place. One set at a time per process."""
+    under its temporary name, and :meth:`folder` gives a temporary folder beside a target folder
+    (a report) to fill. When the block ends normally, all of them are renamed into place at
+    once, with Ctrl-C held off, so an interrupt leaves the whole set or none of it; when the
+    block raises (an error, Ctrl-C), every temporary file and folder is removed and no target is
+    touched. ``committed`` lists the files and folders renamed into place. One set at a time
+    per process."""
 
     _active: FileSet | None = None
     _lock = threading.Lock()
@@ -126,18 +138,41 @@ class FileSet:
         with FileSet._lock:
             self.staged.append((tmp, path))
 
+    def folder(self, target: Path) -> Path:
+        """An empty temporary folder beside ``target`` (a sibling, so that the rename stays
+        on one device) to write ``target``'s files into; the set moves them into ``target``
+        (created when missing; other files already there are left alone). ``target``'s parent
+        is created when missing."""
+        target = Path(target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp",
+                                        dir=target.parent))
+        except OSError as exc:
+            raise OutputError(write_failure(target, exc)) from None
+        self._stage(tmp, target)
+        return tmp
+
     def _commit(self) -> None:
         main = threading.current_thread() is threading.main_thread()
         held = hasattr(signal, "pthread_sigmask") and main
         if held:  # a Ctrl-C now waits until every file of the set is in place
             previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
+            for tmp, path in self.staged:  # what would stop a folder's move, before any rename
+                if tmp.is_dir() and (in_way := _in_the_way(tmp, path)) is not None:
+                    self._discard()
+                    raise OutputError(f"{in_way}: in the way of {path}'s files; remove it or "
+                                      "choose another folder; written: none")
             for tmp, path in self.staged:
-                os.replace(tmp, path)
+                if tmp.is_dir():
+                    _move_folder(tmp, path)
+                else:
+                    os.replace(tmp, path)
                 self.committed.append(path)
         except OSError as exc:
             self._discard()
-            raise OutputError(f"{path}: cannot write ({exc.strerror or exc}); written: "
+            raise OutputError(f"{write_failure(path, exc)}; written: "
                               f"{', '.join(map(str, self.committed)) or 'none'}") from None
         finally:
             if held:
@@ -145,7 +180,34 @@ class FileSet:
 
     def _discard(self) -> None:
         for tmp, _ in self.staged:
-            tmp.unlink(missing_ok=True)
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                tmp.unlink(missing_ok=True)
+
+
+def _in_the_way(tmp: Path, target: Path) -> Path | None:
+    """What keeps ``tmp``'s files from moving into ``target``: a file named ``target``, or a
+    folder under one of the files' names."""
+    if target.exists() and not target.is_dir():
+        return target
+    if target.is_dir():
+        for path in tmp.iterdir():
+            if (target / path.name).is_dir():
+                return target / path.name
+    return None
+
+
+def _move_folder(tmp: Path, target: Path) -> None:
+    """``tmp``'s files into ``target``: one rename when ``target`` does not exist, else file by
+    file, ``index.html`` last (a reader sees the old page or the complete new one)."""
+    if not target.exists():
+        os.replace(tmp, target)
+        return
+    names = sorted((p.name for p in tmp.iterdir()), key=lambda n: n == "index.html")
+    for name in names:
+        os.replace(tmp / name, target / name)
+    tmp.rmdir()
 
 
 def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
@@ -171,7 +233,7 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
             os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        raise OutputError(write_failure(path, exc)) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -25,7 +25,7 @@ from ..accuracy import (
     table_frame,
 )
 from ..accuracy.pipeline import MAX_IMG_SIZE, check_config
-from ..output import write_atomic
+from ..output import FileSet, write_atomic
 from .options import check_outputs, integer, nonempty_text, number, path_value, seed
 from .progress import StatusLine
 
@@ -140,7 +140,6 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
                         checkpoints_dir=args.save_checkpoints,
                         progress=StatusLine("trained", "epochs", every_s=30.0))
     table = AccuracyTable.from_frame(table_frame(rows, command), where=str(args.out))
-    table.to_csv(args.out)
     state = json.loads((args.work_dir / "state.json").read_text())
     provenance = {
         "command": command, "seed": args.seed, "config": state["config"],
@@ -152,7 +151,10 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
                    for model, record in state["models"].items()},
     }
     sidecar = args.out.with_suffix(".json")
-    write_atomic(sidecar, lambda h: h.write((json.dumps(provenance, indent=1) + "\n").encode()))
+    with FileSet():  # the table and its provenance: both, or neither
+        table.to_csv(args.out)
+        write_atomic(sidecar,
+                     lambda h: h.write((json.dumps(provenance, indent=1) + "\n").encode()))
     print(f"wrote {len(table)} rows to {args.out} and provenance to {sidecar}")
     return 0
 

@@ -4,6 +4,7 @@ an interrupt (Ctrl-C) one line and code 130; output that cannot be written one l
 from __future__ import annotations
 
 import _thread
+import errno
 import os
 import signal
 import sys
@@ -22,7 +23,7 @@ from ..accuracy import AccuracyError, AccuracyTableError
 from ..calibrate.predictor import CalibrationError
 from ..explore import SweepError
 from ..measure.errors import BenchError, DatasetError, MeasureError, ProbeError
-from ..output import OutputError
+from ..output import OutputError, write_failure
 from ..roofline import EvaluationError, NumericsError
 from ..roofline.fusion_rules import FusionRulesError
 from ..sim import FanoutError, SimulationError
@@ -111,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "output (redirect it to a file or /dev/null)", 2)
     sys.stdout = _GuardedStdout(stream)
     interrupt = _InterruptFlag()
+    args = None
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -126,20 +128,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         if first and code == 0:
             print(first_run_done(time.perf_counter() - started), file=sys.stderr, flush=True)
         return code
+    # From here the outcome is decided: an interrupt that lands while it is printed (the
+    # user's second Ctrl-C, or one re-sent for a finalizer) is absorbed, never escaping main()
+    # to kill the process by SIGINT after the line announced another exit. `closed` is set
+    # first, by a plain attribute store: a method call would itself let the interrupt in.
     except SearchInterrupted as exc:
+        interrupt.closed = True
         return _error(str(exc), 130)
     except KeyboardInterrupt:
+        interrupt.closed = True
         # Result files are written atomically (dse.output, reports): none is left half-written.
         return _error("interrupted; no partial result file was left", 130)
     except USER_ERRORS as exc:
+        interrupt.closed = True
         return _error(f"error: {exc}", 2)
     except StdoutError as exc:
+        interrupt.closed = True
         _silence_stdout(stream)
         return _error(f"error: cannot write to standard output ({exc}); results shown "
                       "there are incomplete", 2)
     except Exception as exc:
+        interrupt.closed = True
         if _is_report_error(exc):
             return _error(f"error: {exc}", 2)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # A full device under a writer that does not name its files itself (the reports'
+            # staging folder): not a bug; that writer removes what it was writing.
+            return _error(f"error: {write_failure(_written(exc, args), exc)}", 2)
         if interrupt.pressed:
             # Ctrl-C inside a library callback (numba compiling and caching a kernel) can be
             # swallowed there and resurface as another error: it is still the interrupt.
@@ -173,6 +188,8 @@ class _InterruptFlag:
         sys.unraisablehook = self._unraisable
 
     def _handle(self, signum, frame) -> None:
+        if self.closed:  # the outcome is decided and being told: absorbed
+            return
         self.pressed = True
         raise KeyboardInterrupt
 
@@ -180,13 +197,19 @@ class _InterruptFlag:
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
             # Raised from here it would be dropped too: another thread asks for the handler
             # to run again in the main thread, after the finalizer has returned.
-            thread = threading.Thread(target=self._interrupt_main_soon, daemon=True)
+            # Under load, starting the thread can outlast the 10 ms: they count from the end
+            # of this hook, or the interrupt lands inside it (and prints a traceback).
+            returned = threading.Event()
+            thread = threading.Thread(target=self._interrupt_main_soon, args=(returned,),
+                                      daemon=True)
             self.pending.append(thread)
             thread.start()
+            returned.set()
             return
         self.previous_hook(unraisable)
 
-    def _interrupt_main_soon(self) -> None:
+    def _interrupt_main_soon(self, returned: threading.Event) -> None:
+        returned.wait()
         time.sleep(0.01)  # long enough for the finalizer (and the hook) to return
         if not self.closed:
             _thread.interrupt_main(signal.SIGINT)
@@ -206,6 +229,17 @@ class _InterruptFlag:
         if self.previous is not None:
             signal.signal(signal.SIGINT, self.previous)
             sys.unraisablehook = self.previous_hook
+
+
+def _written(exc: OSError, args) -> str:
+    """What a failed write was writing: its file, or else the command's outputs."""
+    if exc.filename:
+        return str(exc.filename)
+    outputs = [f"{option} {getattr(args, name)}"
+               for option, name in (("--out", "out"), ("--report", "report"),
+                                    ("--timeline", "timeline"))
+               if getattr(args, name, None) is not None]
+    return " or ".join(outputs) or "an output file"
 
 
 def _is_report_error(exc: Exception) -> bool:

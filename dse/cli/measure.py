@@ -91,7 +91,7 @@ def add_parsers(commands) -> None:
 def _cmd_measure(args: argparse.Namespace) -> int:
     from ..measure.dataset import whole_model_rows
     from ..measure.measure import measure, parse_budget, write_dataset
-    from ..output import write_table
+    from ..output import FileSet, write_table
 
     check_outputs(files=[("--out", args.out, (".parquet", ".csv"))])
     budget = parse_budget(args.budget)
@@ -113,12 +113,14 @@ def _cmd_measure(args: argparse.Namespace) -> int:
         raise MeasureError(f"--whole-models-only: no whole model of {d.trace.model} could be "
                            f"timed ({untimed}); nothing was written")
     print(result.summary_text())
-    out = write_dataset(result, args.out, args.command_line)
-    print(f"wrote {len(result.frame)} rows to {out} and provenance to {out.with_suffix('.json')}")
     models = whole_model_rows(result.frame)
+    side = args.out.with_suffix(".models.csv")
+    with FileSet():  # the dataset, its provenance and its whole models: all three, or none
+        out = write_dataset(result, args.out, args.command_line)
+        if len(models):
+            write_table(models, side)
+    print(f"wrote {len(result.frame)} rows to {out} and provenance to {out.with_suffix('.json')}")
     if len(models):
-        side = out.with_suffix(".models.csv")
-        write_table(models, side)
         print(f"wrote {len(models)} whole-model rows to {side} (dse calibrate --validate "
               f"--whole-models DEVICE={side})")
     if untimed is not None:

@@ -1,0 +1,299 @@
+"""Mutation testing of the modules whose numbers the tests must pin down (issue 26): how many
+small deliberate bugs ("mutants") a chosen fast test subset catches, per module.
+
+``python -m benchmarks.mutation`` (every module; hours) or ``--module formats --module sol``
+(the names in ``MODULES``); ``--max N`` samples N mutants a module (seeded: ``--seed``);
+``--at FILE:LINE`` runs only the mutants on that line (a survivor, once a test is written for
+it); ``--list`` prints the mutants without running them.
+
+A small AST mutator, not mutmut: mutmut 3 first runs the whole test suite to map tests to
+functions (on this project's 2-core machine, an hour, and against its rule of running only the
+tests near a change), and its trampolines wrap every function, which numba's ``@njit`` kernels
+in ``dse/roofline`` cannot compile. Here each mutant is one change of one AST node: an
+arithmetic operator (``+``/``-``, ``*``/``/``, ``//``/``/``, ``**``/``*``, ``%``/``//``), a
+comparison (``<``/``<=``, ``>``/``>=``, ``==``/``!=``, ``in``/``not in``, ``is``/``is not``),
+``and``/``or``, a dropped ``not`` or unary minus, a number (``n`` -> ``n + 1``; a float ``x``
+-> ``2x``; ``0.0`` -> ``1.0``), ``True``/``False``. Docstrings, f-strings and ``raise``
+statements (messages) are left alone. The mutated module is written into a copy of the
+repository (the working tree is never touched, and other people may run tests in it), and the
+module's test subset runs there (``pytest -x``); a failing or timed-out run kills the mutant.
+
+Prints, per module: mutants killed / run and the share, then every survivor as
+``file:line: change``. A survivor is a missing test, or an equivalent mutant (one no test can
+tell apart: say why in the table of ``EQUIVALENT`` below).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: name -> (the files mutated, the test subset that must kill their mutants)
+MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "formats": (("formats/base.py", "formats/block.py", "formats/dense.py",
+                 "formats/grammar.py", "formats/masks.py", "formats/nm.py",
+                 "formats/sparsity.py", "formats/unstructured.py"),
+                ("tests/test_formats.py", "tests/test_golden.py",
+                 "tests/test_bound.py::test_read_share_by_hand",
+                 "tests/test_bound.py::test_expected_read_shares_by_hand",
+                 "tests/test_bound.py::test_expected_read_share_matches_random_masks",
+                 "tests/test_measure_run.py::test_masks_are_format_exact",
+                 "tests/test_measure_run.py::test_masks_refuse_shapes_the_format_cannot_take",
+                 "tests/test_formats_by_hand.py")),
+    "roofline": (("dse/roofline/caches.py", "dse/roofline/energy.py",
+                  "dse/roofline/evaluator.py", "dse/roofline/kernels.py",
+                  "dse/roofline/memory.py", "dse/roofline/numerics.py",
+                  "dse/roofline/pricing.py"),
+                 ("tests/test_reference.py", "tests/test_energy.py", "tests/test_memory.py")),
+    "sol": (("dse/measure/sol.py",),
+            ("tests/test_bound.py::test_a_warm_row_is_bounded_by_the_caches_and_a_cold_one_by_dram",
+             "tests/test_bound.py::test_a_depthwise_row_is_bounded_with_all_its_groups",
+             "tests/test_bound.py::test_shipped_bounds_are_what_the_code_computes",
+             "tests/test_bound.py::test_no_shipped_kernel_row_beats_its_bound",
+             "tests/test_sol_by_hand.py")),
+    "expected": (("dse/calibrate/expected.py",), ("tests/test_calibrate.py",)),
+    "features": (("dse/calibrate/features.py",),
+                 ("tests/test_calibrate.py", "tests/test_norm_width.py")),
+    "llm": (("workloads/llm.py",), ("tests/test_llm_trace.py",)),
+}
+
+#: Survivors examined and found equivalent: (file, line, change) -> why no test can kill it.
+EQUIVALENT: dict[tuple[str, int, str], str] = {
+    ("dse/measure/sol.py", 28, "False -> True"):
+        "itertuples(index=True) adds an Index field; the fields are read by name",
+    ("dse/measure/sol.py", 130, "False -> True"):
+        "itertuples(index=True) adds an Index field; the fields are read by name",
+    ("dse/measure/sol.py", 130, "True -> False"):
+        "zip(strict=False): the notes are built from the same frame, always as long",
+    ("dse/measure/sol.py", 61, "> -> >="):
+        "kind conv or linear: both are weight GEMMs (WEIGHT_GEMM_KINDS), priced alike",
+    ("dse/measure/sol.py", 61, "1 -> 2"):
+        "kind conv or linear: both are weight GEMMs (WEIGHT_GEMM_KINDS), priced alike",
+    ("dse/measure/sol.py", 71, "1 -> 2"):
+        "the one-op trace's input_shape is provenance; nothing is priced from it",
+    ("dse/measure/sol.py", 111, "> -> >="):
+        "at memory time == compute time both labels are right",
+    # _whole caps numbers of over 18 digits at 10**18: every field's limit (M <= 2**16, blocks
+    # <= 64) is far below 10**17, so the cap's exact place and value refuse the same inputs.
+    ("formats/grammar.py", 39, "<= -> <"): "any number of 18 or more digits is out of range",
+    ("formats/grammar.py", 39, "18 -> 19"): "any number of 18 or more digits is out of range",
+    ("formats/grammar.py", 39, "10 -> 11"): "11**18 is out of range as 10**18 is",
+    ("formats/grammar.py", 66, "< -> <="):
+        "NM() refuses N >= M itself (formats/nm.py), with the same message",
+    ("formats/base.py", 112, "0.0 -> 1.0"):
+        "the inner value for q = 1 is discarded by the outer np.where (which gives 1.0)",
+    ("formats/masks.py", 85, "True -> False"):
+        "argsort(stable=False): torch's CPU sort keeps ties in order at these sizes "
+        "(tests/test_formats_by_hand.py checks ties)",
+    ("formats/masks.py", 147, "True -> False"):
+        "zip(strict=False): the names and their masks come from the same list",
+}
+
+_BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
+           ast.FloorDiv: ast.Div, ast.Pow: ast.Mult, ast.Mod: ast.FloorDiv}
+_CMPOPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
+           ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In,
+           ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
+            ast.Pow: "**", ast.Mod: "%", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
+            ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=", ast.In: "in", ast.NotIn: "not in",
+            ast.Is: "is", ast.IsNot: "is not", ast.And: "and", ast.Or: "or"}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    file: str
+    index: int  #: the index of the mutation point in the file's walk
+    line: int
+    change: str
+
+
+def _skipped(tree: ast.AST) -> set[int]:
+    """ids of nodes left alone: docstrings, f-strings, raise statements, ``__all__``."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                and isinstance(first.value.value, str):
+            skip.update(id(n) for n in ast.walk(first))
+        if isinstance(node, (ast.JoinedStr, ast.Raise)):
+            skip.update(id(n) for n in ast.walk(node))
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                for t in node.targets):
+            skip.update(id(n) for n in ast.walk(node))
+    return skip
+
+
+def _points(tree: ast.AST) -> list[tuple[ast.AST, str, object]]:
+    """Every mutation point in walk order: (node, description, how to apply)."""
+    skip = _skipped(tree)
+    points = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            new = _BINOPS[type(node.op)]
+            points.append((node, f"{_SYMBOLS[type(node.op)]} -> {_SYMBOLS[new]}", ("op", new)))
+        elif isinstance(node, ast.Compare):
+            for i, op in enumerate(node.ops):
+                if type(op) in _CMPOPS:
+                    new = _CMPOPS[type(op)]
+                    points.append((node, f"{_SYMBOLS[type(op)]} -> {_SYMBOLS[new]}",
+                                   ("cmp", i, new)))
+        elif isinstance(node, ast.BoolOp):
+            new = ast.Or if isinstance(node.op, ast.And) else ast.And
+            points.append((node, f"{_SYMBOLS[type(node.op)]} -> {_SYMBOLS[new]}", ("op", new)))
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub)) \
+                and not (isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)):
+            what = "not" if isinstance(node.op, ast.Not) else "unary -"
+            points.append((node, f"drop {what}", ("unary",)))
+        elif isinstance(node, ast.Constant) and type(node.value) is bool:
+            points.append((node, f"{node.value} -> {not node.value}", ("const", not node.value)))
+        elif isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            value = node.value
+            new = value + 1 if isinstance(value, int) else (1.0 if value == 0 else 2 * value)
+            points.append((node, f"{value!r} -> {new!r}", ("const", new)))
+    return points
+
+
+class _Apply(ast.NodeTransformer):
+    def __init__(self, target: ast.AST, how) -> None:
+        self.target, self.how = target, how
+
+    def visit(self, node):
+        if node is not self.target:
+            return self.generic_visit(node)
+        kind = self.how[0]
+        if kind == "op":
+            node.op = self.how[1]()
+        elif kind == "cmp":
+            node.ops[self.how[1]] = self.how[2]()
+        elif kind == "unary":
+            return node.operand
+        elif kind == "const":
+            node.value = self.how[1]
+        return node
+
+
+def mutants(file: str) -> list[Mutant]:
+    tree = ast.parse((ROOT / file).read_text(encoding="utf-8"))
+    return [Mutant(file, i, getattr(node, "lineno", 0), change)
+            for i, (node, change, _) in enumerate(_points(tree))]
+
+
+def mutated_source(mutant: Mutant) -> str:
+    tree = ast.parse((ROOT / mutant.file).read_text(encoding="utf-8"))
+    tree = copy.deepcopy(tree)
+    node, _, how = _points(tree)[mutant.index]
+    tree = _Apply(node, how).visit(tree)
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+def _copy_repository(into: Path) -> Path:
+    ignore = shutil.ignore_patterns(".git", ".venv", "__pycache__", "test-artifacts",
+                                    "*.egg-info", "site", ".pytest_cache", ".hypothesis")
+    target = into / "repo"
+    shutil.copytree(ROOT, target, ignore=ignore, symlinks=True)
+    return target
+
+
+def _run_tests(repo: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[bool, float, str]:
+    """(passed, seconds, pytest's last line) of the test subset in ``repo``; a timeout counts
+    as a failure."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(repo))
+    started = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p",
+                               "no:cacheprovider", *tests], cwd=repo, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout_s)
+        passed, last = done.returncode == 0, (done.stdout.strip().splitlines() or [""])[-1]
+    except subprocess.TimeoutExpired:
+        passed, last = False, f"timed out after {timeout_s:.0f} s"
+    return passed, time.perf_counter() - started, last
+
+
+def run_module(name: str, repo: Path, limit: int | None, seed: int,
+               at: set[str] | None = None) -> tuple[int, list[Mutant]]:
+    """Run ``name``'s mutants (only those on the lines ``at``, ``FILE:LINE``, when given);
+    returns (how many ran, the survivors)."""
+    files, tests = MODULES[name]
+    every = [m for f in files for m in mutants(f) if not at or f"{m.file}:{m.line}" in at]
+    chosen = every if limit is None or limit >= len(every) else \
+        sorted(random.Random(seed).sample(every, limit), key=lambda m: (m.file, m.index))
+    passed, baseline, _ = _run_tests(repo, tests, 600)
+    if not passed:
+        raise SystemExit(f"{name}: the test subset fails on the unmutated code "
+                         f"({' '.join(tests)}); fix it first")
+    timeout_s = 3 * baseline + 10
+    print(f"{name}: {len(chosen)} of {len(every)} mutants, tests {' '.join(tests)} "
+          f"({baseline:.1f} s unmutated)", flush=True)
+    survivors = []
+    for n, mutant in enumerate(chosen, 1):
+        target = repo / mutant.file
+        original = target.read_text(encoding="utf-8")
+        try:
+            target.write_text(mutated_source(mutant), encoding="utf-8")
+            passed, _, last = _run_tests(repo, tests, timeout_s)
+            killed = not passed
+        finally:
+            target.write_text(original, encoding="utf-8")
+        if not killed:
+            survivors.append(mutant)
+        print(f"  [{n}/{len(chosen)}] {mutant.file}:{mutant.line}: {mutant.change}: "
+              f"{'killed' if killed else 'SURVIVED'} ({last})", flush=True)
+    return len(chosen), survivors
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.mutation",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--module", action="append", choices=sorted(MODULES),
+                        help="a module to mutate; repeatable (default: all)")
+    parser.add_argument("--max", type=int, default=None, metavar="N",
+                        help="sample at most N mutants a module (default: all)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
+    parser.add_argument("--at", action="append", metavar="FILE:LINE",
+                        help="only the mutants on this line (e.g. a survivor, to check the test "
+                             "written for it); repeatable")
+    parser.add_argument("--list", action="store_true", help="list the mutants; run nothing")
+    args = parser.parse_args(argv)
+    names = args.module or list(MODULES)
+    if args.list:
+        for name in names:
+            for f in MODULES[name][0]:
+                for m in mutants(f):
+                    print(f"{name}\t{m.file}:{m.line}\t{m.change}")
+        return 0
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="dse-mutation-") as folder:
+        repo = _copy_repository(Path(folder))
+        for name in names:
+            results[name] = run_module(name, repo, args.max, args.seed,
+                                       set(args.at) if args.at else None)
+    print("\nmodule      killed / run   share")
+    for name, (ran, survivors) in results.items():
+        killed = ran - len(survivors)
+        print(f"{name:<11} {killed:>6} / {ran:<5} {killed / ran if ran else float('nan'):7.1%}")
+        for m in survivors:
+            why = EQUIVALENT.get((m.file, m.line, m.change))
+            print(f"    survived {m.file}:{m.line}: {m.change}"
+                  + (f" (equivalent: {why})" if why else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
