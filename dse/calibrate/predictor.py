@@ -28,9 +28,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..output import write_atomic
 from .features import FEATURES, IMPL, feature_matrix
 
-__all__ = ["CalibrationError", "DevicePredictors", "FamilyPredictor", "Trees",
+__all__ = ["MONOTONE", "RESIDUALS", "CalibrationError", "DevicePredictors", "FamilyPredictor",
+           "Trees",
            "check_predictor_document", "fit_family", "fit_physical", "load_predictors",
            "probed_spec", "reference_hardware", "save_predictors", "shipped_predictors",
            "MODELS_DIR"]
@@ -105,6 +107,25 @@ class Trees:
                           "value": [float(f"{v:.6g}") for v in t.value[:, 0, 0]]})
         init = float(np.ravel(model.init_.constant_)[0])
         return cls(init, float(model.learning_rate), tuple(trees))
+
+
+    @classmethod
+    def from_histogram_boosting(cls, model) -> Trees:
+        """Export a fitted ``HistGradientBoostingRegressor`` (squared error, numeric features
+        without missing values): its leaf values already carry the learning rate, and a row
+        goes left where its feature is at most the node's threshold, as in :meth:`predict`."""
+        trees = []
+        for (predictor,) in model._predictors:
+            nodes = predictor.nodes
+            leaf = nodes["is_leaf"].astype(bool)
+            index = {c: nodes[c].astype(np.int64) for c in ("feature_idx", "left", "right")}
+            trees.append({"feature": np.where(leaf, -2, index["feature_idx"]).tolist(),
+                          "threshold": [float(f"{v:.9g}") for v in nodes["num_threshold"]],
+                          "left": np.where(leaf, -1, index["left"]).tolist(),
+                          "right": np.where(leaf, -1, index["right"]).tolist(),
+                          "value": [float(f"{v:.6g}") for v in nodes["value"]]})
+        init = float(np.ravel(model._baseline_prediction)[0])
+        return cls(init, 1.0, tuple(trees))
 
 
 def _distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -235,28 +256,54 @@ def fit_physical(time_s: np.ndarray, sol_s: np.ndarray) -> tuple[float, float]:
     return float(math.exp(fit.x[0])), float(math.exp(fit.x[1]))
 
 
+#: The residual learners ``dse calibrate --residual`` takes: ``trees`` (gradient boosting,
+#: unconstrained; the default: it validates better held out, see docs/fidelity.md) and
+#: ``monotone`` (histogram gradient boosting under :data:`MONOTONE`'s constraints).
+RESIDUALS = ("trees", "monotone")
+
+#: Directions physics gives, per target: a less padded tile or a fuller last wave never makes
+#: a kernel slower (``pad_eff``, ``wave_eff``: -1), and for the time target more FLOPs or
+#: bytes never make it faster (+1).
+MONOTONE = {
+    "fraction": {"wave_eff": -1, "pad_eff": -1},
+    "time": {"wave_eff": -1, "pad_eff": -1, "log_flops": 1, "log_bytes": 1},
+}
+
+
 def fit_family(key: str, features: np.ndarray, time_s: np.ndarray, sol_s: np.ndarray,
                shapes: int, target: str = "fraction", seed: int = 0,
                weights: np.ndarray | None = None,
-               implementations: tuple[str, ...] = ()) -> FamilyPredictor:
+               implementations: tuple[str, ...] = (), residual: str = "trees") -> FamilyPredictor:
     """Fit one family: the physical model, then trees on the residual (``fraction``) or on
-    ``log(time)`` (``time``). Needs scikit-learn."""
+    ``log(time)`` (``time``), unconstrained or, with ``residual="monotone"``, under
+    :data:`MONOTONE`'s directions. Needs scikit-learn."""
     if target not in ("fraction", "time"):
         raise ValueError(f"target must be fraction or time, not {target!r}")
+    if residual not in RESIDUALS:
+        raise ValueError(f"residual must be one of {', '.join(RESIDUALS)}, not {residual!r}")
     gbr = _require_sklearn()
     time_s = np.asarray(time_s, float)
     floor_s, ceiling = fit_physical(time_s, sol_s)
     base = floor_s + np.asarray(sol_s, float) / ceiling
     y = np.log(time_s / base) if target == "fraction" else np.log(time_s)
-    residual = None
-    if len(y) >= 6:
+    learned = None
+    if len(y) >= 6 and residual == "monotone":
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        model = HistGradientBoostingRegressor(
+            max_iter=150, max_depth=4, learning_rate=0.06, min_samples_leaf=2,
+            max_bins=255, early_stopping=False, random_state=seed,
+            monotonic_cst=[MONOTONE[target].get(f, 0) for f in FEATURES])
+        model.fit(features, y, sample_weight=weights)
+        learned = Trees.from_histogram_boosting(model)
+    elif len(y) >= 6:
         model = gbr(n_estimators=150, max_depth=4, learning_rate=0.06, subsample=0.8,
                     min_samples_leaf=2, random_state=seed)
         model.fit(features, y, sample_weight=weights)
-        residual = Trees.from_sklearn(model)
+        learned = Trees.from_sklearn(model)
     elif target == "time":
-        residual = Trees(float(np.mean(y)), 1.0, ())
-    return FamilyPredictor(key, target, floor_s, ceiling, residual, len(y), shapes,
+        learned = Trees(float(np.mean(y)), 1.0, ())
+    return FamilyPredictor(key, target, floor_s, ceiling, learned, len(y), shapes,
                            implementations=tuple(implementations))
 
 
@@ -265,10 +312,8 @@ def fit_family(key: str, features: np.ndarray, time_s: np.ndarray, sol_s: np.nda
 def save_predictors(predictors: DevicePredictors, path: str | Path) -> None:
     """Write ``predictors`` as JSON (atomically: a temporary file renamed into place)."""
     data = {"format": FORMAT_VERSION, **asdict(predictors)}
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
-    tmp.replace(path)
+    text = json.dumps(data, separators=(",", ":"))
+    write_atomic(Path(path), lambda handle: handle.write(text.encode("utf-8")))
 
 
 def shipped_predictors() -> list[str]:

@@ -43,10 +43,11 @@ class DeviceRows:
     light refers to."""
 
     def __init__(self, name: str, rows: pd.DataFrame, device: str, units: int,
-                 reference_hw: str, provenance: dict) -> None:
+                 reference_hw: str, provenance: dict, residual: str = "trees") -> None:
         self.name, self.rows, self.device, self.units = name, rows, device, units
         self.tile = TILE.get(device, 16)
         self.reference_hw, self.provenance = reference_hw, provenance
+        self.residual = residual  # the residual learner (predictor.RESIDUALS)
 
     def rows_for(self, variant: str) -> pd.DataFrame:
         """``impl``: every implementation; ``best``: the fastest measured one per
@@ -162,7 +163,7 @@ def cross_validate(data: DeviceRows, variant: str = "impl", seed: int = 0,
                 model = fit_family(key, x[train], rows.loc[train, "time_s"].to_numpy(),
                                    rows.loc[train, "sol_s"].to_numpy(),
                                    shapes=int(group.loc[train, "shape"].nunique()),
-                                   target=target, seed=seed)
+                                   target=target, seed=seed, residual=data.residual)
                 rows.loc[test, f"pred_{target}"] = model.predict_s(
                     x[test], rows.loc[test, "sol_s"].to_numpy())
                 if target == "fraction":
@@ -408,7 +409,8 @@ def calibrate(data: DeviceRows, predictions: pd.DataFrame, seed: int = 0) -> Dev
         names = tuple(sorted(group["implementation"].unique())) if variant == "impl" else ()
         model = fit_family(key, data.features(group), group["time_s"].to_numpy(),
                            group["sol_s"].to_numpy(), shapes=int(group["shape"].nunique()),
-                           target=target, seed=seed, implementations=names)
+                           target=target, seed=seed, implementations=names,
+                           residual=data.residual)
         validated = {}
         if key in table.index:
             validated = {c: float(table.loc[key, c]) for c in
@@ -421,6 +423,8 @@ def calibrate(data: DeviceRows, predictions: pd.DataFrame, seed: int = 0) -> Dev
                             "algorithm-search implementations left out; per family either "
                             "the implementation as a feature (impl) or the fastest measured "
                             "implementation only (best), as validated"}
+    if data.residual != "trees":
+        provenance["residual"] = data.residual
     return DevicePredictors(
         name=data.name, reference_hw=data.reference_hw, device=data.device, units=data.units,
         tile=data.tile, launch_floor_s=float(data.rows["time_s"].min()),
@@ -700,7 +704,7 @@ def held_out_models(data: DeviceRows, measured: pd.DataFrame, hardware, seed: in
         trace = workloads.load_trace(model)
         drop = data.rows["shape"].isin(model_shapes(trace, batches))
         train = DeviceRows(data.name, data.rows[~drop].reset_index(drop=True), data.device,
-                           data.units, data.reference_hw, data.provenance)
+                           data.units, data.reference_hw, data.provenance, data.residual)
         predictions = validated_predictions(train, seed, max_folds=max_folds)
         predictors = calibrate(train, predictions, seed)
         others = measured[measured["model"] != model]
