@@ -26,6 +26,7 @@ from ..accuracy import (
 )
 from ..accuracy.pipeline import MAX_IMG_SIZE, check_config
 from ..output import FileSet, write_atomic
+from .commands import help_of
 from .options import check_outputs, integer, nonempty_text, number, path_value, seed
 from .progress import StatusLine
 
@@ -37,7 +38,7 @@ MAX_EPOCHS = 10_000
 
 def add_parsers(commands) -> None:
     acc = commands.add_parser(
-        "accuracy", help="measure accuracy of sparse patterns by pruning and fine-tuning",
+        "accuracy", help=help_of("accuracy"),
         description="Train a dense baseline of each model (or load --checkpoint), then for "
                     "each pattern prune by global magnitude and fine-tune level by level with "
                     "learning-rate rewinding, masks fixed; write an accuracy table (CSV) and "
@@ -83,7 +84,7 @@ def add_parsers(commands) -> None:
     acc.set_defaults(run=_cmd_accuracy)
 
     table = commands.add_parser(
-        "accuracy-table", help="check an accuracy table and look formats up in it",
+        "accuracy-table", help=help_of("accuracy-table"),
         description="Validate an accuracy table (CSV), summarize it per model, and look "
                     "formats up: measured, interpolated within the pattern family, or out of "
                     "range (never extrapolated). Default table: the shipped one.")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..measure.errors import BenchError
 from ..output import write_atomic
+from .commands import help_of
 from .options import (
     OptionValueError,
     Parser,
@@ -47,7 +48,7 @@ DEFAULT_BLOCK_MODELS = ("convnext_tiny", "resnet50", "vit_base_patch16_224", "sw
 
 
 def add_parsers(commands) -> None:
-    bench = commands.add_parser("bench", help="benchmarks of real kernels on this machine",
+    bench = commands.add_parser("bench", help=help_of("bench"),
                                 description="Benchmarks of real kernels on the machine at hand "
                                             "(measurements, not bounds).")
     benches = bench.add_subparsers(dest="bench", required=True, parser_class=Parser,

@@ -27,6 +27,7 @@ from ..calibrate.validate import (
 )
 from ..measure.dataset import concat, load_dataset, shipped_datasets
 from . import spmv_estimator
+from .commands import help_of
 from .options import check_outputs, identifier, nonempty_text, path_value, seed
 from .progress import StatusLine
 
@@ -35,7 +36,7 @@ __all__ = ["add_parsers"]
 
 def add_parsers(commands) -> None:
     cal = commands.add_parser(
-        "calibrate", help="train and validate kernel predictors on measured datasets",
+        "calibrate", help=help_of("calibrate"),
         description="Train one predictor per kernel family (dense GEMM, convolution, grouped "
                     "convolution, N:M, BSR per block size, CSR, vector ops) on datasets "
                     "written by dse measure: a physical model (floor + speed of light / "

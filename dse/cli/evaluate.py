@@ -16,6 +16,7 @@ from ..calibrate.expected import expected_designs
 from ..design_columns import language_model_columns, with_language_model_columns
 from ..output import format_seconds, write_table
 from ..roofline import evaluate
+from .commands import help_of
 from .options import (
     CALIBRATED_FIX,
     Default,
@@ -36,7 +37,7 @@ __all__ = ["add_parsers", "check_quantisation", "fallback_summary", "language_mo
 
 def add_parsers(commands) -> None:
     ev = commands.add_parser(
-        "evaluate", help="speed-of-light latency and speedup of formats on hardware",
+        "evaluate", help=help_of("evaluate"),
         description="Evaluate a model trace under sparse formats on one or more accelerators "
                     "with the roofline (speed-of-light) model, and print latency, dense "
                     "latency, speedup, bound mix, feature share of DRAM traffic and fallbacks.",

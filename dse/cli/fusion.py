@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..output import write_atomic
+from .commands import help_of
 from .options import (
     MAX_THREADS,
     check_outputs,
@@ -22,8 +23,7 @@ __all__ = ["add_parsers"]
 
 def add_parsers(commands) -> None:
     fp = commands.add_parser(
-        "fusion-rules", help="detect the op-kind pairs a compiler backend fuses (nn-Meter's "
-                             "method); the table behind --fusion rules:NAME",
+        "fusion-rules", help=help_of("fusion-rules"),
         description="For every (producer kind, consumer kind) pair of op kinds in the shipped "
                     "traces, compile two small modules with the pair's shapes apart and as one "
                     "graph (torch.compile, inductor), time them, and record a rule where the "

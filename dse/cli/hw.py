@@ -11,6 +11,7 @@ import accelerator_models
 from accelerator_models import FIELDS
 
 from ..output import write_atomic
+from .commands import help_of
 from .options import (
     MAX_WAIT_S,
     Parser,
@@ -28,7 +29,7 @@ __all__ = ["add_parsers"]
 
 
 def add_parsers(commands) -> None:
-    hw = commands.add_parser("hw", help="the hardware catalog, and this machine's probe",
+    hw = commands.add_parser("hw", help=help_of("hw"),
                              description="List and show accelerator specs; probe this "
                                          "machine's ceilings into a spec.")
     hw_commands = hw.add_subparsers(dest="hw_command", required=True, parser_class=Parser,

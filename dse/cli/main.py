@@ -4,7 +4,9 @@ an interrupt (Ctrl-C) one line and code 130; output that cannot be written one l
 from __future__ import annotations
 
 import _thread
+import argparse
 import errno
+import importlib
 import os
 import signal
 import sys
@@ -13,38 +15,42 @@ import time
 from collections.abc import Sequence
 
 import dse
-from accelerator_models import SpecError
-from formats import FormatError
 from search.credentials import masked_command
-from search.errors import SearchError, SearchInterrupted
-from workloads import TraceError
+from search.errors import SearchInterrupted
 
-from ..accuracy import AccuracyError, AccuracyTableError
-from ..calibrate.predictor import CalibrationError
-from ..explore import SweepError
-from ..measure.errors import BenchError, DatasetError, MeasureError, ProbeError
-from ..output import OutputError, write_failure
-from ..roofline import EvaluationError, NumericsError
-from ..roofline.fusion_rules import FusionRulesError
-from ..sim import FanoutError, SimulationError
-from . import accuracy, bench, calibrate, evaluate, fusion, hw, measure, report, simulate, workloads
-from . import search as search_command
-from .first_run import first_run_done, note_first_compile
-from .options import InputError, Parser
+from .commands import COMMANDS
+from .parser import Parser
 
 __all__ = ["main"]
 
-#: The command groups, in the order `dse --help` lists them; each module has add_parsers().
-COMMANDS = (evaluate, workloads, accuracy, hw, simulate, search_command, report, measure,
-            bench, fusion, calibrate)
+#: The errors a user's input causes, by the module that defines each: told in one line, exit
+#: code 2. Looked up when an exception reaches main(), among the modules already loaded (a
+#: module never imported raised none of them), so that `dse --help` loads none of them.
+USER_ERRORS = (
+    ("accelerator_models", "SpecError"), ("formats", "FormatError"),
+    ("workloads", "TraceError"), ("dse.roofline", "EvaluationError"),
+    ("dse.roofline", "NumericsError"), ("dse.output", "OutputError"),
+    ("dse.accuracy", "AccuracyError"), ("dse.accuracy", "AccuracyTableError"),
+    ("search.errors", "SearchError"), ("dse.explore", "SweepError"),
+    ("dse.sim", "SimulationError"), ("dse.sim", "FanoutError"),
+    ("dse.measure.errors", "BenchError"), ("dse.measure.errors", "MeasureError"),
+    ("dse.measure.errors", "ProbeError"), ("dse.measure.errors", "DatasetError"),
+    ("dse.roofline.fusion_rules", "FusionRulesError"),
+    ("dse.calibrate.predictor", "CalibrationError"), ("dse.cli.options", "InputError"))
 
-USER_ERRORS = (SpecError, FormatError, TraceError, EvaluationError, NumericsError, OutputError,
-               AccuracyError, AccuracyTableError, SearchError, SweepError, SimulationError,
-               FanoutError, BenchError, MeasureError, ProbeError,
-               DatasetError, FusionRulesError, CalibrationError, InputError)
+#: What ``dse`` answers without loading a command (pandas, numba): the command list and the
+#: version, from :mod:`.commands`.
+LIGHT = ([], ["-h"], ["--help"], ["--version"])
 
 
-def build_parser() -> Parser:
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The classes of :data:`USER_ERRORS` whose modules are loaded."""
+    loaded = (getattr(sys.modules[module], name, None) for module, name in USER_ERRORS
+              if module in sys.modules)
+    return tuple(c for c in loaded if isinstance(c, type))
+
+
+def _top_parser() -> tuple[Parser, argparse._SubParsersAction]:
     parser = Parser(
         prog="dse",
         description="Speed-of-light design-space exploration of sparse neural-network "
@@ -52,8 +58,23 @@ def build_parser() -> Parser:
     parser.add_argument("--version", action="version", version=f"dse {dse.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser,
                                      metavar="COMMAND")
-    for module in COMMANDS:
-        module.add_parsers(commands)
+    return parser, commands
+
+
+def light_parser() -> Parser:
+    """The top-level parser with each command's name and help only (no options): what ``dse``,
+    ``dse --help`` and ``dse --version`` need, without importing any command module."""
+    parser, commands = _top_parser()
+    for name, (_module, text) in COMMANDS.items():
+        commands.add_parser(name, help=text)
+    return parser
+
+
+def build_parser() -> Parser:
+    """The whole parser: every command module's, in the order of :data:`COMMANDS`."""
+    parser, commands = _top_parser()
+    for module in dict.fromkeys(module for module, _text in COMMANDS.values()):
+        importlib.import_module(f"{__package__}.{module}").add_parsers(commands)
     return parser
 
 
@@ -114,6 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupt = _InterruptFlag()
     args = None
     try:
+        given = list(sys.argv[1:] if argv is None else argv)
+        if given in LIGHT:
+            light_parser().parse_args(given)  # prints the help or the version, and exits
+        from .first_run import first_run_done, note_first_compile
+
         parser = build_parser()
         args = parser.parse_args(argv)
         # The command as run, for the files that record it (reports, datasets, probes,
@@ -139,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         interrupt.closed = True
         # Result files are written atomically (dse.output, reports): none is left half-written.
         return _error("interrupted; no partial result file was left", 130)
-    except USER_ERRORS as exc:
+    except user_errors() as exc:
         interrupt.closed = True
         return _error(f"error: {exc}", 2)
     except StdoutError as exc:
@@ -154,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             # A full device under a writer that does not name its files itself (the reports'
             # staging folder): not a bug; that writer removes what it was writing.
+            from ..output import write_failure
+
             return _error(f"error: {write_failure(_written(exc, args), exc)}", 2)
         if interrupt.pressed:
             # Ctrl-C inside a library callback (numba compiling and caching a kernel) can be

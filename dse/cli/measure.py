@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..measure.errors import MeasureError
+from .commands import help_of
 from .options import (
     MAX_THREADS,
     MAX_WAIT_S,
@@ -27,7 +28,7 @@ __all__ = ["add_parsers"]
 
 def add_parsers(commands) -> None:
     mp = commands.add_parser(
-        "measure", help="time real kernels for a trace's layer shapes (measurements, not bounds)",
+        "measure", help=help_of("measure"),
         description="Time real kernels on this machine for every distinct prunable layer shape "
                     "of the trace, per format family the device has a kernel for (CPU: torch "
                     "dense GEMM and convolution, torch and scipy CSR, scipy and torch BSR, the "

@@ -12,7 +12,6 @@ loads traces and accelerators and checks formats, batches and fusions for all of
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 import os
 import re
@@ -38,6 +37,7 @@ from ..roofline import SCOPES, EvaluationError, Numerics
 from ..roofline.evaluator import fusion_models
 from ..roofline.numerics import DEFAULT_INT4_GROUP, DTYPE_BYTES, WEIGHT_DTYPE_BYTES
 from ..sim import LOCAL, SimConfig, SimulationError
+from .parser import OptionValueError, Parser
 from .progress import StatusLine
 
 __all__ = [
@@ -80,36 +80,6 @@ __all__ = [
 
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line naming the command and pointing at --help, and
-    a value one of the typed options below refuses reads ``--option VALUE: the fix``."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}{_suggestion(message)} "
-                     f"(see {self.prog} --help)\n")
-
-    def _get_value(self, action, arg_string):  # argparse's one call of an option's type
-        try:
-            return super()._get_value(action, arg_string)
-        except argparse.ArgumentError as exc:
-            refusal = exc.__context__
-            if not isinstance(refusal, OptionValueError):
-                raise
-            name = max(action.option_strings, key=len) if action.option_strings \
-                else (action.metavar or action.dest)
-            raise argparse.ArgumentError(None, f"{name} {refusal}") from None
-
-
-def _suggestion(message: str) -> str:
-    """"; did you mean evaluate?" for argparse's invalid-choice message of a near miss."""
-    match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-    if not match:
-        return ""
-    choices = re.findall(r"'([^']*)'", match.group(2))
-    close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
-
-
 def positive_int(text: str) -> int:
     """An argparse type: a whole number >= 1 (and, for sizes, <= MAX_BATCH)."""
     try:
@@ -144,11 +114,6 @@ def fusion_model(text: str) -> str:
 #
 # Each factory returns an argparse ``type``: the value is refused while the command line is
 # parsed, before any file is read or any work starts, in one line ``--option VALUE: the fix``.
-
-
-class OptionValueError(argparse.ArgumentTypeError):
-    """An option value out of its range or form; the message is ``VALUE: the fix`` and
-    :class:`Parser` puts the option's name in front of it."""
 
 
 #: Seeds: numpy, torch and scikit-learn take 0 .. 2**32 - 1, and commands add offsets to a

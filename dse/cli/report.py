@@ -14,6 +14,7 @@ from ..comparison import compare
 from ..explore import Calibrated, SweepError, feature_overhead, parse_vary, sweep
 from ..explore.studies import DEFAULT_BATCHES, DEFAULT_FORMATS
 from ..output import FileSet, write_table
+from .commands import help_of
 from .evaluate import (
     check_quantisation,
     fallback_summary,
@@ -40,7 +41,7 @@ __all__ = ["add_parsers", "write_search_report"]
 
 def add_parsers(commands) -> None:
     rp = commands.add_parser(
-        "report", help="an HTML report: Sparsity Roofline, roofline, bound mix, feature share",
+        "report", help=help_of("report"),
         description="Evaluate models under formats on one accelerator and write a report folder: "
                     "a self-contained index.html (works offline), PNG and SVG of every chart, "
                     "and the data as CSV. Charts: the Sparsity Roofline (accuracy from the "
@@ -66,7 +67,7 @@ def add_parsers(commands) -> None:
     rp.set_defaults(run=_cmd_report)
 
     cp = commands.add_parser(
-        "compare", help="real and hypothetical GPUs side by side",
+        "compare", help=help_of("compare"),
         description="Evaluate the same models and formats on several accelerators (catalog "
                     "names or spec files, comma-separated or repeated) and print latency, "
                     "speedup, bound mix and feature share side by side.")
@@ -84,7 +85,7 @@ def add_parsers(commands) -> None:
     cp.set_defaults(run=_cmd_compare)
 
     sw = commands.add_parser(
-        "sweep", help="vary hardware fields, batch size or format parameters",
+        "sweep", help=help_of("sweep"),
         description="Evaluate every combination of the --vary dimensions. NAME=V1,V2,... or "
                     "NAME=LOW..HIGH:N (N evenly spaced points; add :log for log spacing). "
                     "Names: batch, hw.FIELD (any numeric hardware field, see `dse hw show "
@@ -111,7 +112,7 @@ def add_parsers(commands) -> None:
                          "expectation, not a bound; not with --evaluator simulate")
     sw.set_defaults(run=_cmd_sweep)
 
-    st = commands.add_parser("study", help="built-in sensitivity studies",
+    st = commands.add_parser("study", help=help_of("study"),
                              description="Built-in studies, each writing a report folder.")
     studies = st.add_subparsers(dest="study", required=True, parser_class=Parser,
                                 metavar="STUDY")

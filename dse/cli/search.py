@@ -14,6 +14,7 @@ from workloads.llm import PHASES
 
 from ..accuracy.llm_table import LLM_METRICS
 from ..roofline.numerics import DEFAULT_INT4_GROUP, DTYPE_BYTES, WEIGHT_DTYPE_BYTES
+from .commands import help_of
 from .options import (
     CALIBRATED_FIX,
     MAX_WEIGHT_GROUP,
@@ -57,7 +58,7 @@ accuracy"; it never meets a target. A model without figures is refused with a ta
 
 def add_parsers(commands) -> None:
     sp = commands.add_parser(
-        "search", help="search formats and hardware for a target, e.g. 1.3x_over_2:4",
+        "search", help=help_of("search"),
         description="Search a space of formats and hardware against the accuracy table: "
                     "exhaustively through the vectorized evaluator, or with Optuna (TPE; "
                     "NSGA-II for Pareto fronts). The study lives in SQLite in the output "

@@ -11,6 +11,7 @@ import pandas as pd
 from ..api import CalibratedSimulation, simulate
 from ..output import FileSet, format_seconds, write_table
 from ..sim import SimulationError
+from .commands import help_of
 from .evaluate import fallback_summary
 from .options import (
     CALIBRATED_FIX,
@@ -33,7 +34,7 @@ __all__ = ["add_parsers"]
 
 def add_parsers(commands) -> None:
     sp = commands.add_parser(
-        "simulate", help="event-level simulation: tiles, buffers, launch overhead, overlap",
+        "simulate", help=help_of("simulate"),
         description="Simulate one design with the SimPy event-level model: every op cut into "
                     "tiles that fit the on-chip buffer, DRAM and the tensor, sparse tensor and "
                     "vector cores as resources, load/compute/store pipelined with double "

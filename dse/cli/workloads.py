@@ -13,13 +13,14 @@ from search.credentials import mask_credentials
 from workloads import load_trace, trace_names
 
 from ..output import write_atomic
+from .commands import help_of
 from .options import Parser, check_outputs, integer, nonempty_text, path_value
 
 __all__ = ["add_parsers"]
 
 
 def add_parsers(commands) -> None:
-    wl = commands.add_parser("workloads", help="model traces: list, show, export from timm",
+    wl = commands.add_parser("workloads", help=help_of("workloads"),
                              description="Per-sample op traces of models: the shipped ones, "
                                          "and export of new ones from timm.")
     wl_commands = wl.add_subparsers(dest="workloads_command", required=True,
