@@ -219,3 +219,28 @@ def test_a_ctrl_c_while_dse_loads_is_told_in_one_line(tmp_path):
                           text=True, timeout=120)
     assert done.returncode == 130, done.stderr
     assert done.stderr == "dse: interrupted; no partial result file was left\n", done.stderr
+
+
+def test_the_console_script_enters_where_a_ctrl_c_while_loading_is_caught(tmp_path):
+    """``dse`` (the console script) runs ``dse.__main__:run``, which loads the command line
+    inside its interrupt handler: the same one line and 130 as ``python -m dse``."""
+    import tomllib
+
+    scripts = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(
+        encoding="utf-8"))["project"]["scripts"]
+    assert scripts["dse"] == "dse.__main__:run"
+    code = ("import builtins, os, signal, sys\n"
+            "real = builtins.__import__\n"
+            "def hit(name, *args, **kwargs):\n"
+            "    if name == 'cli' or name.startswith('dse.cli'):\n"
+            "        builtins.__import__ = real\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "    return real(name, *args, **kwargs)\n"
+            "from dse.__main__ import run\n"
+            "builtins.__import__ = hit\n"
+            "sys.argv = ['dse', '--version']\n"
+            "sys.exit(run())\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "dse: interrupted; no partial result file was left\n", done.stderr

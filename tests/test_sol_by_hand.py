@@ -76,3 +76,21 @@ def test_a_row_with_an_error_keeps_what_it_has(h100):
     priced = bound_columns(rows, h100, "fp16", "fp32", "fp32")
     assert priced.loc[0, ["sol_s", "hw", "sol_bound"]].tolist() == [7.0, "old", "memory"]
     assert priced.loc[1, ["hw", "sol_bound"]].tolist() == ["h100-sxm", "compute"]
+
+
+def test_a_format_written_another_way_is_priced_as_its_canonical_form():
+    """A dataset row may spell its format as a user typed it: unstructured@0.5 is
+    unstructured@50%, and both rows get the same bound."""
+    import pandas as pd
+
+    from accelerator_models import load
+    from dse.measure.sol import sol_columns
+
+    rows = pd.DataFrame({"family": ["unstructured"] * 2, "format": ["unstructured@0.5",
+                                                                    "unstructured@50%"],
+                         "m": [256, 256], "k": [512, 512], "n": [64, 64], "groups": [1, 1],
+                         "index_dtype": ["int32", "int32"], "median_s": [1e-3, 1e-3],
+                         "error": ["", ""]})
+    out = sol_columns(rows, load("h100-sxm"), value_dtype="fp16", vector_dtype="fp16",
+                      csr_dtype="fp16")
+    assert out["sol_s"].iloc[0] == out["sol_s"].iloc[1] > 0

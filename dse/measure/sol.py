@@ -73,7 +73,8 @@ def sol_columns(frame: pd.DataFrame, hw, value_dtype: str = "tf32", vector_dtype
                                 csr_dtype=csr_dtype, index_width_bytes=int(index_width))
         layers = evaluate_layers(trace, hw, fmt, batches=1, fusion="unfused",
                                      scope="all", numerics=numerics, cache=cache)
-        sol = sol_from_layers(layers[layers["format"] == fmt])
+        # evaluate_layers names the format canonically (unstructured@0.5 -> unstructured@50%)
+        sol = sol_from_layers(layers[layers["format"] == parsed.name])
         for pos in group.index:
             time_s, bound, flops, dram = sol[f"op{pos}"]
             out.loc[pos, ["sol_s", "flops", "bytes"]] = [time_s, flops, dram]
