@@ -71,7 +71,8 @@ def test_compare_calibrated_equals_evaluate_calibrated(tmp_path, capsys, predict
         "carried over").any()
     # The printed table: the expectation beside the bound, named and said not to be a bound.
     lines = printed.splitlines()
-    head = lines[0].split()
+    assert lines[0] == "priced at fp16 (vector ops fp16), scope gemm"  # what it assumed
+    head = lines[1].split()
     assert head[head.index("speedup") + 1:head.index("speedup") + 5] == [
         "expected", "exp.", "speedup", "frac"]
     row = next(line for line in lines if "h100-sxm" in line and " 2:4 " in line).split()

@@ -52,7 +52,8 @@ def test_simulate_prints_and_writes_what_the_api_returns(tmp_path, capsys, api):
     assert err == ""
     s = api.summary()
     lines = out.splitlines()
-    assert lines[0] == "convnext_tiny on a100-40gb, 2:4, batch 1, unfused, scope gemm"
+    assert lines[0] == ("convnext_tiny on a100-40gb, 2:4, batch 1, unfused, scope gemm, fp16 "
+                        "(vector ops fp16)")
     assert lines[1].startswith(f"buffer {api.buffer_bytes / 2**20:.3g} MiB (smem of the spec), "
                                "depth 2, launch overhead 3.2 us, overlap pipelined")
     assert lines[2] == (

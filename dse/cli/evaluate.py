@@ -25,6 +25,7 @@ from .options import (
     assumed_dtypes,
     check_outputs,
     design_from_args,
+    dtypes_text,
     expected_ops,
     nonempty_text,
     path_value,
@@ -80,7 +81,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             language = bool(trace.provenance.get("phase"))
             if language:
                 table = with_language_model_columns(table, trace, d.numerics)
-            print(_design_table(table, trace))
+            print(_design_table(table, trace, d.numerics))
             print(_energy_table(table))
             if language:
                 print(_language_model_table(table, trace))
@@ -194,7 +195,7 @@ def _fallbacks(row) -> str:
     return fallback_summary(row.shape_fallback_ops, row.hw_fallback, row.hw_fallback_ops)
 
 
-def _design_table(table: pd.DataFrame, trace) -> str:
+def _design_table(table: pd.DataFrame, trace, numerics) -> str:
     latency = seconds_column(table["latency_s"], "latency")
     dense = seconds_column(table["dense_latency_s"], "dense")
     shown = pd.DataFrame({
@@ -216,7 +217,8 @@ def _design_table(table: pd.DataFrame, trace) -> str:
         shown["exp. speedup"] = table["expected_speedup"].map(lambda x: f"{x:.3f}x")
         shown["frac of SOL"] = table["fraction_of_sol"].map(lambda x: f"{x:.2f}")
     scope = table["scope"].iloc[0]
-    header = f"model {trace.model}, scope {scope}: speed-of-light latency (roofline)"
+    header = (f"model {trace.model}, scope {scope}, {dtypes_text(numerics)}: speed-of-light "
+              "latency (roofline)")
     if table["per_layer_density"].any():
         formats = ", ".join(table.loc[table["per_layer_density"], "format"].unique())
         header += (f"\nper-layer densities from the trace replace the sparsity of {formats} "

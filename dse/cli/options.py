@@ -69,6 +69,7 @@ __all__ = [
     "number",
     "numerics_from_args",
     "assumed_dtypes",
+    "dtypes_text",
     "path_value",
     "positive_int",
     "predictors_from_args",
@@ -392,6 +393,19 @@ def numerics_from_args(args: argparse.Namespace, hardware=()) -> Numerics:
     return Numerics(dtype=dtype, vector_dtype=vector, csr_dtype=args.csr_dtype,
                     index_width_bytes=args.index_bytes, weight_dtype=weight_dtype,
                     weight_group_size=group, kv_dtype=getattr(args, "kv_dtype", None))
+
+
+def dtypes_text(numerics: Numerics) -> str:
+    """The dtypes a run priced, in words: ``fp16 (vector ops fp16)``, with the weights' and the
+    KV cache's where they differ from the compute dtype."""
+    text = f"{numerics.dtype} (vector ops {numerics.vector_dtype}"
+    weights = getattr(numerics, "weight_dtype", None)
+    if weights and weights != numerics.dtype:
+        text += f", weights {weights}"
+    kv = getattr(numerics, "kv_dtype", None)
+    if kv and kv != numerics.dtype:
+        text += f", KV cache {kv}"
+    return text + ")"
 
 
 def assumed_dtypes(args: argparse.Namespace, numerics: Numerics) -> str:

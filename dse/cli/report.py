@@ -27,6 +27,7 @@ from .options import (
     add_evaluator_options,
     check_outputs,
     design_from_args,
+    dtypes_text,
     evaluator_from_args,
     nonempty_text,
     number,
@@ -211,6 +212,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     c = compare(d.traces, d.hardware, d.formats, d.batches, fusion=d.fusions, scope=d.scope,
                 numerics=d.numerics, calibrated=predictors_from_args(args))
     frame, expected, predictors = c.frame(), c.expected, c.predictors
+    print(f"priced at {dtypes_text(d.numerics)}, scope {d.scope}")
     print(_comparison_text(frame))
     if expected is not None:
         print(calibration_note(expected, predictors))

@@ -20,6 +20,7 @@ from .options import (
     add_sim_options,
     check_outputs,
     design_from_args,
+    dtypes_text,
     integer,
     nonempty_text,
     path_value,
@@ -80,7 +81,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                       calibrated=predictors_from_args(args))
     if isinstance(result, CalibratedSimulation):
         print(_calibration_note(result))
-    _print_result(result, args.top)
+    _print_result(result, args.top, d.numerics)
     with FileSet():  # --out and --timeline: both written, or neither
         if args.out is not None:
             write_table(result.ops, args.out)
@@ -146,7 +147,7 @@ def _calibration_note(result: CalibratedSimulation) -> str:
     return "\n".join(lines)
 
 
-def _print_result(result, top: int) -> None:
+def _print_result(result, top: int, numerics) -> None:
     d = result.design
     s = result.summary()
     scale = s["latency_s"]
@@ -154,7 +155,7 @@ def _print_result(result, top: int) -> None:
     source = ("--buffer-bytes" if config.buffer_bytes is not None else
               f"{config.buffer} of the spec")
     print(f"{d['model']} on {d['hardware']}, {d['format']}, batch {d['batch']}, "
-          f"{d['fusion']}, scope {d['scope']}")
+          f"{d['fusion']}, scope {d['scope']}, {dtypes_text(numerics)}")
     print(f"buffer {_bytes(result.buffer_bytes)} ({source}), depth {config.depth}, launch "
           f"overhead {format_seconds(result.launch_overhead_s)}, overlap {config.overlap}"
           + (f", prefetch depth {config.prefetch_depth}" if d["fusion"] == "fused_prefetched"
