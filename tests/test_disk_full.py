@@ -101,8 +101,6 @@ class Case:
     free: int | Callable = 4 * PAGE
     one_file: bool = True  #: one output file (/dev/full can stand in for the tmpfs)
     setup: Callable | None = None  #: (monkeypatch, tmp_path) -> None: canned heavy work
-    #: a known defect in code owned elsewhere: the reason and its fix (strict xfail)
-    defect: str = ""
 
 
 DESIGN = ["--model", "convnext_tiny", "--hw", "a100", "--format", "2:4"]
@@ -245,9 +243,7 @@ def _refusal(argv: list[str], capsys) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(reason=CASES[name].defect, strict=True)
-                 if CASES[name].defect else ()) for name in sorted(CASES)])
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_a_full_device_fails_cleanly_and_leaves_nothing(name, device, tmp_path, monkeypatch,
                                                         capsys):
     case = CASES[name]

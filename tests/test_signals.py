@@ -201,46 +201,40 @@ def test_an_interrupt_while_the_last_line_is_printed_does_not_change_the_exit(en
     assert len(err.text.strip().splitlines()) == 1, err.text
 
 
-def test_a_ctrl_c_while_dse_loads_is_told_in_one_line(tmp_path):
-    """Under load, loading dse takes seconds; a SIGINT then (here: sent as ``dse.cli`` starts
-    to load) used to end in an import traceback and status -2 (seen in the measure-SIGINT case
-    above on a busy machine). It exits 130 with the one line."""
-    code = ("import builtins, os, runpy, signal, sys\n"
-            "real = builtins.__import__\n"
-            "def hit(name, *args, **kwargs):\n"
-            "    if name == 'cli' or name.startswith('dse.cli'):\n"
-            "        builtins.__import__ = real\n"
-            "        os.kill(os.getpid(), signal.SIGINT)\n"
-            "    return real(name, *args, **kwargs)\n"
-            "builtins.__import__ = hit\n"
-            "sys.argv = ['dse', '--version']\n"
-            "runpy.run_module('dse', run_name='__main__', alter_sys=True)\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+#: A SIGINT sent as ``dse.cli`` starts to load: what a Ctrl-C does on a busy machine, where
+#: loading dse takes seconds.
+_INTERRUPT_WHILE_LOADING = (
+    "import builtins, os, runpy, signal, sys\n"
+    "real = builtins.__import__\n"
+    "def hit(name, *args, **kwargs):\n"
+    "    if name == 'cli' or name.startswith('dse.cli'):\n"
+    "        builtins.__import__ = real\n"
+    "        os.kill(os.getpid(), signal.SIGINT)\n"
+    "    return real(name, *args, **kwargs)\n")
+
+
+@pytest.mark.parametrize("entry", [
+    # `python -m dse`
+    "builtins.__import__ = hit\nsys.argv = ['dse', '--version']\n"
+    "runpy.run_module('dse', run_name='__main__', alter_sys=True)\n",
+    # the `dse` console script's entry point
+    "from dse.__main__ import run\nbuiltins.__import__ = hit\n"
+    "sys.argv = ['dse', '--version']\nsys.exit(run())\n",
+], ids=["python -m dse", "console script"])
+def test_a_ctrl_c_while_dse_loads_is_told_in_one_line(entry, tmp_path):
+    """A SIGINT while dse loads used to end in an import traceback and status -2 (seen in the
+    measure-SIGINT case above on a busy machine). Both ways in exit 130 with the one line."""
+    done = subprocess.run([sys.executable, "-c", _INTERRUPT_WHILE_LOADING + entry],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 130, done.stderr
     assert done.stderr == "dse: interrupted; no partial result file was left\n", done.stderr
 
 
-def test_the_console_script_enters_where_a_ctrl_c_while_loading_is_caught(tmp_path):
+def test_the_console_script_enters_where_a_ctrl_c_while_loading_is_caught():
     """``dse`` (the console script) runs ``dse.__main__:run``, which loads the command line
-    inside its interrupt handler: the same one line and 130 as ``python -m dse``."""
+    inside its interrupt handler, as ``python -m dse`` does."""
     import tomllib
 
     scripts = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(
         encoding="utf-8"))["project"]["scripts"]
     assert scripts["dse"] == "dse.__main__:run"
-    code = ("import builtins, os, signal, sys\n"
-            "real = builtins.__import__\n"
-            "def hit(name, *args, **kwargs):\n"
-            "    if name == 'cli' or name.startswith('dse.cli'):\n"
-            "        builtins.__import__ = real\n"
-            "        os.kill(os.getpid(), signal.SIGINT)\n"
-            "    return real(name, *args, **kwargs)\n"
-            "from dse.__main__ import run\n"
-            "builtins.__import__ = hit\n"
-            "sys.argv = ['dse', '--version']\n"
-            "sys.exit(run())\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 130, done.stderr
-    assert done.stderr == "dse: interrupted; no partial result file was left\n", done.stderr
