@@ -208,10 +208,14 @@ class _InterruptFlag:
         self.closed = False  # the run has ended: a late re-sent interrupt must not land
         self.pending: list[threading.Thread] = []
         self.previous_hook = sys.unraisablehook
+        self.previous = None
         try:
+            if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+                # Started with SIGINT ignored (`dse ... &` in a script, nohup): the starter
+                # asked for no interrupts, and dse keeps to that.
+                return
             self.previous = signal.signal(signal.SIGINT, self._handle)
         except ValueError:  # not the main thread: leave the handler alone
-            self.previous = None
             return
         sys.unraisablehook = self._unraisable
 
