@@ -22,7 +22,12 @@ from workloads import Trace, load_trace
 from .api import Predictors, evaluate, expected_ops, predictors
 from .calibrate.expected import expected_designs
 from .calibrate.predictor import DevicePredictors
-from .design_columns import accelerators, with_energy_and_memory
+from .design_columns import (
+    accelerators,
+    with_dtype_columns,
+    with_energy_and_memory,
+    with_language_model_columns,
+)
 from .roofline import DEFAULT_NUMERICS, Numerics
 
 __all__ = ["Comparison", "compare"]
@@ -34,19 +39,25 @@ class Comparison:
 
     ``designs``: one row per model, format, batch, fusion model and accelerator (sorted by
     model, batch, format, accelerator), the columns of :func:`dse.evaluate` with the energy,
-    power and memory ones (:func:`dse.design_columns.with_energy_and_memory`) and, when
-    calibrated, the expectation's. ``expected``: the op rows the expectation sums
-    (:func:`dse.api.expected_ops`), None without predictors. ``hardware``: the accelerators
-    compared, loaded."""
+    power and memory ones (:func:`dse.design_columns.with_energy_and_memory`), for a language
+    model's step those of :func:`dse.design_columns.with_language_model_columns` (tokens/s,
+    the KV cache, the memory fit with it) and, when calibrated, the expectation's.
+    ``expected``: the op rows the expectation sums (:func:`dse.api.expected_ops`), None
+    without predictors. ``hardware``: the accelerators compared, loaded. ``numerics``: the
+    number types every design was priced in."""
 
     designs: pd.DataFrame
     hardware: tuple[Accelerator, ...]
     expected: pd.DataFrame | None = None
     predictors: DevicePredictors | None = None
+    numerics: Numerics = DEFAULT_NUMERICS
 
     def frame(self) -> pd.DataFrame:
-        """The design rows, as ``dse compare --out`` writes them."""
-        return self.designs
+        """The design rows with the number types they were priced in
+        (:func:`dse.design_columns.with_dtype_columns`), as ``dse compare --out`` writes
+        them."""
+        language = self.designs["phase"].notna().tolist() if "phase" in self.designs else False
+        return with_dtype_columns(self.designs, self.numerics, language)
 
     @property
     def unpriced_energy(self) -> list[str]:
@@ -88,11 +99,14 @@ def compare(
             expected.append(expected_ops(trace, accs, format_list, batch_list, device, scope,
                                          numerics))
             frame = expected_designs(frame, expected[-1])
-        frames.append(with_energy_and_memory(frame, trace, accs, format_list, batch_list, fusions,
-                                             scope, numerics))
+        frame = with_energy_and_memory(frame, trace, accs, format_list, batch_list, fusions,
+                                       scope, numerics)
+        if trace.provenance.get("phase"):  # a language model: tokens/s, KV cache, memory fit
+            frame = with_language_model_columns(frame, trace, numerics)
+        frames.append(frame)
     designs = pd.concat(frames, ignore_index=True)
     designs = designs.sort_values(["model", "batch", "format", "hardware"], kind="stable",
                                   ignore_index=True)
     return Comparison(designs=designs, hardware=tuple(accs),
                       expected=pd.concat(expected, ignore_index=True) if expected else None,
-                      predictors=device)
+                      predictors=device, numerics=numerics)

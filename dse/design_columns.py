@@ -31,14 +31,37 @@ from .roofline import (
     memory_frame,
 )
 
-__all__ = ["accelerators", "language_model_columns", "with_energy_and_memory",
-           "with_language_model_columns"]
+__all__ = ["DTYPE_COLUMNS", "accelerators", "language_model_columns", "with_dtype_columns",
+           "with_energy_and_memory", "with_language_model_columns"]
 
 
 def accelerators(hardware: Accelerator | str | Sequence[Accelerator | str]) -> list[Accelerator]:
     """Every accelerator ``hardware`` names, loaded (catalog names and spec files)."""
     items = [hardware] if isinstance(hardware, Accelerator | str) else list(hardware)
     return [h if isinstance(h, Accelerator) else accelerator_models.load(h) for h in items]
+
+
+#: The columns :func:`with_dtype_columns` adds: the number types a result was priced in.
+DTYPE_COLUMNS = ("dtype", "vector_dtype", "csr_dtype", "index_bytes", "weight_dtype", "kv_dtype")
+
+
+def with_dtype_columns(table: pd.DataFrame, numerics: Numerics = DEFAULT_NUMERICS,
+                       language: bool | Sequence[bool] = False) -> pd.DataFrame:
+    """``table`` with the number types its rows were priced in, last, as the ``--out`` files of
+    ``dse evaluate``, ``simulate`` and ``compare`` carry them: ``dtype``, ``vector_dtype``,
+    ``csr_dtype``, ``index_bytes``, ``weight_dtype`` (how the weights are stored: ``fp16``,
+    ``int4 (group 128)``, ``fp8 (per channel)``) and, for the rows of a language model
+    (``language``: one flag, or one per row), ``kv_dtype`` (empty on the other rows; absent
+    where no row has a KV cache)."""
+    out = table.assign(dtype=numerics.dtype, vector_dtype=numerics.vector_dtype,
+                       csr_dtype=numerics.csr_dtype, index_bytes=numerics.index_width_bytes,
+                       weight_dtype=numerics.weight_label)
+    rows = [language] * len(out) if isinstance(language, bool) else list(language)
+    if any(rows):
+        kv = numerics.kv_dtype or numerics.dtype
+        out["kv_dtype"] = [kv if r else None for r in rows]
+    last = [c for c in DTYPE_COLUMNS if c in out]  # together, at the end
+    return out[[c for c in out if c not in last] + last]
 
 
 def with_energy_and_memory(table: pd.DataFrame, trace: Trace | str,

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 import dse
+from dse.design_columns import with_dtype_columns
 from dse.output import format_seconds
 from tests.cli_run import run_cli
 from tests.search_spaces import space_text, write_space
@@ -239,7 +240,8 @@ def test_calibrated_layers_equal_the_command_line(tmp_path, capsys):
     cli = pd.read_parquet(out)
     got = dse.evaluate_layers("toy_hybrid", "a100", "2:4", 8, fusion=["unfused", "fused"],
                               calibrated="h100-sxm")
-    assert list(got.columns) == list(cli.columns)
+    # The file also names the number types it priced (dse.design_columns.with_dtype_columns).
+    assert list(with_dtype_columns(got).columns) == list(cli.columns)
     assert got["op"].tolist() == cli["op"].tolist()
     _same_numbers(got, cli, ["time_s", "expected_s", "fraction_of_sol", "validated_rmspe"])
     # Each fusion model's row of an op carries the op's one (unfused) expectation.

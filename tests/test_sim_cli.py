@@ -79,7 +79,12 @@ def test_simulate_prints_and_writes_what_the_api_returns(tmp_path, capsys, api):
         assert format_seconds(row.gap_s) in line and format_seconds(row.latency_s) in line
 
     back = pd.read_csv(ops, keep_default_na=False)
-    assert list(back.columns) == OPS_COLUMNS
+    # The API's op rows, then the number types they were priced in (no KV cache here).
+    priced = {"dtype": "fp16", "vector_dtype": "fp16", "csr_dtype": "fp32", "index_bytes": 4,
+              "weight_dtype": "fp16"}
+    assert list(back.columns) == OPS_COLUMNS + list(priced)
+    for column, value in priced.items():
+        assert set(back.pop(column)) == {value}
     pd.testing.assert_frame_equal(back, api.ops, check_dtype=False, check_exact=True)
     tl = pd.read_parquet(timeline)
     assert list(tl.columns) == TIMELINE_COLUMNS

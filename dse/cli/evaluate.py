@@ -30,6 +30,7 @@ from .options import (
     nonempty_text,
     path_value,
     predictors_from_args,
+    with_dtype_columns,
 )
 from .tables import calibration_note, missing, seconds_column, share
 
@@ -87,7 +88,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                 print(_language_model_table(table, trace))
         if expected is not None:
             print(calibration_note(expected, predictors))
-        frames.append(table)
+        # The file says which number types it priced, as the first printed line does.
+        frames.append(with_dtype_columns(table, d.numerics, bool(trace.provenance.get("phase"))))
     table = pd.concat(frames, ignore_index=True)
     if args.out is not None:
         write_table(table, args.out)

@@ -30,6 +30,7 @@ from workloads.llm import PHASES, check_priceable
 
 from .. import api
 from ..calibrate.predictor import DevicePredictors, load_predictors
+from ..design_columns import with_dtype_columns
 from ..explore import EVALUATORS, ROOFLINE, Evaluator, Simulator
 from ..measure.budget import MAX_BUDGET_S, duration_text, parse_duration
 from ..output import OutputError, check_output_path
@@ -70,6 +71,7 @@ __all__ = [
     "numerics_from_args",
     "assumed_dtypes",
     "dtypes_text",
+    "with_dtype_columns",
     "path_value",
     "positive_int",
     "predictors_from_args",

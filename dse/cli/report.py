@@ -188,6 +188,10 @@ def _comparison_text(frame: pd.DataFrame) -> str:
         shown["expected"] = frame["expected_latency_s"].map(lambda v: f"{v * 1e3:.4f} ms")
         shown["exp. speedup"] = frame["expected_speedup"].map(lambda v: f"{v:.3f}")
         shown["frac of SOL"] = frame["fraction_of_sol"].map(lambda v: f"{v:.2f}")
+    # A language model's decode step: its rate (a prefill's latency is its time to first token).
+    if "tokens_per_s" in frame and frame["tokens_per_s"].notna().any():
+        shown["tokens/s"] = frame["tokens_per_s"].map(
+            lambda v: missing() if pd.isna(v) else f"{v:,.1f}")
     shown["bound mix"] = [f"{m}/{n} mem" for m, n in zip(frame["memory_bound_ops"],
                                                          frame["ops"], strict=True)]
     shown["feature share"] = frame["feature_bytes_share"].map(lambda v: f"{v:.1%}")
@@ -219,7 +223,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if c.unpriced_energy:
         print("energy leaves out what the spec has no figure for (a lower bound there): "
               + ", ".join(c.unpriced_energy))
-    if args.out is not None:
+    if args.out is not None:  # with the number types it priced, as the first line says
         write_table(frame, args.out)
         print(f"wrote {len(frame)} rows to {args.out}")
     if args.report is not None:

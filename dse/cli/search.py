@@ -23,6 +23,7 @@ from .options import (
     add_evaluator_options,
     batch_size,
     check_outputs,
+    dtypes_text,
     identifier,
     integer,
     nonempty_text,
@@ -109,6 +110,9 @@ def add_parsers(commands) -> None:
                          "increase; zeroshot_mean and openllm_v1_mean: points lost)")
     lm.add_argument("--kv-dtype", choices=tuple(DTYPE_BYTES),
                     help="dtype of a language model's KV cache (default: the compute dtype)")
+    for option in _UNSEARCHED:  # refused in one line by _cmd_search, not by argparse's guess
+        lm.add_argument(option, dest="unsearched_" + option[2:].replace("-", "_"),
+                        metavar="VALUE", help=argparse.SUPPRESS)
     sp.add_argument("--objective", choices=OBJECTIVES,
                     help="rank designs (that meet the target) by speedup (default), accuracy, "
                          "the Pareto front of speedup against accuracy, the least energy per "
@@ -218,10 +222,28 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Numerics options of dse evaluate that a search does not vary: every design of a search is
+#: priced at fp16 (vector ops fp16, CSR fp32, 4-byte indices). Refused in one line rather than
+#: argparse's "invalid choice" of the worker subcommand.
+_UNSEARCHED = {"--dtype": "fp16", "--vector-dtype": "fp16", "--csr-dtype": "fp32",
+               "--index-bytes": "4"}
+
+
+def _refuse_unsearched(args: argparse.Namespace) -> None:
+    for option, priced in _UNSEARCHED.items():
+        value = getattr(args, "unsearched_" + option[2:].replace("-", "_"), None)
+        if value is not None and value.strip() != priced:  # the value searched is honoured
+            raise InputError(f"{option} {value}: dse search prices every design at fp16 "
+                             "(vector ops fp16, CSR fp32, 4-byte indices) and does not take "
+                             f"{option}; leave it out, or price that dtype with dse evaluate, "
+                             "compare or sweep")
+
+
 def _cmd_search(args: argparse.Namespace) -> int:
     from search.storage import LEASE_S
     from search.study import SearchRequest, run_search
 
+    _refuse_unsearched(args)
     refuse_unused_sim_options(args)
     check_outputs(folders=[("--report", args.report), ("--out", args.out)],
                   inputs=[("--space", args.space, "file")])
@@ -371,8 +393,7 @@ def report(outcome, top: int) -> str:
 def _hardware_line(space, numerics) -> str:
     """The hardware the search priced, its dtypes, every override it applied and every
     knob."""
-    said = (f"hardware: {', '.join(space.hardware)} at {numerics.dtype} (vector ops "
-            f"{numerics.vector_dtype})")
+    said = f"hardware: {', '.join(space.hardware)} at {dtypes_text(numerics)}"
     if space.fixed:
         said += "; set " + ", ".join(f"{path} = {_shown(value)}" for path, value in space.fixed)
     if space.knobs:

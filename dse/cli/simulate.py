@@ -12,7 +12,7 @@ from ..api import CalibratedSimulation, simulate
 from ..output import FileSet, format_seconds, write_table
 from ..sim import SimulationError
 from .commands import help_of
-from .evaluate import fallback_summary
+from .evaluate import check_quantisation, fallback_summary
 from .options import (
     CALIBRATED_FIX,
     Default,
@@ -26,6 +26,7 @@ from .options import (
     path_value,
     predictors_from_args,
     sim_config_from_args,
+    with_dtype_columns,
 )
 from .progress import StatusLine
 from .tables import predictor_error
@@ -46,7 +47,7 @@ def add_parsers(commands) -> None:
                "--report sim-report. With --buffer-bytes inf --launch-overhead-s 0 "
                "--overlap full it reproduces the roofline.")
     add_design_options(sp, single=("--model", "--hw", "--format", "--batch", "--fusion"),
-                       formats=Default(("dense",), "dense"))
+                       formats=Default(("dense",), "dense"), quantisation=True)
     add_sim_options(sp)
     sp.add_argument("--top", type=integer(1, 1_000_000), default=10, metavar="N",
                     help="ops with the largest gap to print (default 10)")
@@ -72,6 +73,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out), ("--timeline", args.timeline)],
                   folders=[("--report", args.report)])
     d = design_from_args(args)
+    check_quantisation(args, d)
     if args.calibrated is not None and d.fusions[0] != "unfused":
         raise SimulationError(f"--calibrated with --fusion {d.fusions[0]}: kernel predictors "
                               "price kernels one op at a time; use --fusion unfused (the "
@@ -83,8 +85,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         print(_calibration_note(result))
     _print_result(result, args.top, d.numerics)
     with FileSet():  # --out and --timeline: both written, or neither
-        if args.out is not None:
-            write_table(result.ops, args.out)
+        if args.out is not None:  # with the number types it priced, as the first line says
+            write_table(with_dtype_columns(result.ops, d.numerics,
+                                           bool(d.trace.provenance.get("phase"))), args.out)
         if args.timeline is not None:
             write_table(result.timeline, args.timeline)
     if args.report is not None:

@@ -275,6 +275,8 @@ def _add_memory(frame: pd.DataFrame, block: GridBlock, hw_index: np.ndarray, sco
     sweep may hold millions). Weight storage is the rows' ``weight_bytes`` plus the dense
     weights of the ops outside the scope (the same for every format, batch and hardware point;
     taken once from ``memory_frame``); activations are the trace's live peak times the batch.
+    A language model's step adds what :func:`dse.design_columns.language_model_columns` does:
+    the KV cache at the context (times the batch) and the embedding table the trace leaves out.
     """
     trace, first = block.trace, block.accelerators[0]
     designs = evaluate_grid([GridBlock(trace, (first,), ("dense",))], [1], scope=scope,
@@ -287,8 +289,13 @@ def _add_memory(frame: pd.DataFrame, block: GridBlock, hw_index: np.ndarray, sco
     per_sample = np.zeros(len(frame))
     for fusion in pd.unique(fusions):
         per_sample[fusions == fusion] = activation_peak(trace, fusion).dram_elems
+    per_sample = per_sample * float(numerics.value_bytes)
+    p = trace.provenance
+    if p.get("phase"):  # a language model: its KV cache and untied embedding are resident too
+        outside += (p["resident_weight_elems"] - trace.params) * float(numerics.value_bytes)
+        per_sample = per_sample + p["kv_cache_elems"] * float(numerics.kv_value_bytes)
     peak = (frame["weight_bytes"].to_numpy(dtype=np.float64) + outside
-            + per_sample * float(numerics.value_bytes) * frame["batch"].to_numpy(np.float64))
+            + per_sample * frame["batch"].to_numpy(np.float64))
     capacity = np.array([np.nan if a.dram_capacity_bytes is None else a.dram_capacity_bytes
                          for a in block.accelerators])[hw_index]
     known = ~np.isnan(capacity)
