@@ -5,7 +5,9 @@ Every op with work gets an expected kernel time from the predictor of its family
 calibrated device; a design's expected latency is the sum over its ops (kernels as they exist
 run one op at a time, so the expectation is an unfused one whatever the bound's fusion model).
 Ops are priced warm, as inside a model (the op before has just written their input), where
-the device's predictors learned warm timings.
+the device's predictors learned warm timings, as long as the op's working set fits the
+measured device's last-level cache (``DevicePredictors.warm_capacity_bytes``); a larger one
+is priced cold, as most of its bytes come from DRAM whatever ran before it.
 A family the device has no data for is priced explicitly and says so in ``calibration``:
 convolutions by the GEMM predictor, a block size by the nearest measured one, anything else by
 its bound plus the device's launch floor (``"none for vector on h100-sxm: bound + launch
@@ -31,10 +33,12 @@ __all__ = ["expected_designs", "expected_layers", "op_configs"]
 _GEMM_KINDS = ("linear", "conv", "matmul")
 
 
-def op_configs(layers: pd.DataFrame, trace, cache: str = "warm") -> pd.DataFrame:
+def op_configs(layers: pd.DataFrame, trace, cache: str = "warm",
+               warm_capacity_bytes: float = 0.0) -> pd.DataFrame:
     """Per row of ``evaluate_layers`` (unfused): the kernel it runs (``family``, ``key``) and
     the configuration the predictors see (m, k, n in all, groups, sparsity, block, flops,
-    bytes, kind, sol_s, cache)."""
+    bytes, kind, sol_s, cache). With ``cache="warm"`` and a ``warm_capacity_bytes`` (the
+    measured device's last-level cache), an op whose bytes exceed it is ``cold``."""
     ops = trace.ops.set_index("name")
     # A norm's K is the width it normalises over, as the predictors learned it
     # (dse.calibrate.features.with_norm_widths); computed per op of the trace, not per row.
@@ -69,6 +73,11 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm") -> pd.DataFrame
         "groups": groups, "sparsity": sparsity, "block": block,
         "flops": layers["flops"].to_numpy(dtype=float), "bytes": layers["dram_bytes"].to_numpy(),
         "sol_s": layers["time_s"].to_numpy(dtype=float), "cache": cache})
+    if cache == "warm" and warm_capacity_bytes > 0:
+        # Warm timings were taken back to back, their data in the caches; an op whose working
+        # set cannot fit them reads most of it from DRAM, as the cold timings did.
+        out["cache"] = np.where(out["bytes"].to_numpy(dtype=float) <= warm_capacity_bytes,
+                                "warm", "cold")
     vector_flops = op["vector_flops"].to_numpy(dtype=float) * batch
     out.loc[~gemm, "flops"] = vector_flops[~gemm]
     kernel = ["family", "kind", "groups", "block"]
@@ -103,11 +112,12 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
     expected kernel time, s: the fastest implementation measured on the device; ``cache``
     ``warm``, the default, prices each op as it runs inside a model, after the op before it,
     where the device has warm timings (``dse measure --warm``; a predictor without them
-    ignores the feature), ``cold`` as an isolated kernel after a cache flush),
+    ignores the feature) and the op's bytes fit the device's last-level cache (else cold),
+    ``cold`` as an isolated kernel after a cache flush),
     ``fraction_of_sol`` (``time_s / expected_s``), ``predictor`` (``device:key:target``),
     ``kernel`` (that implementation), ``validated_rmspe`` (held-out RMSPE of that predictor) and
     ``calibration`` (how the op was priced when not by its own family's predictor)."""
-    config = op_configs(layers, trace, cache)
+    config = op_configs(layers, trace, cache, predictors.warm_capacity_bytes)
     x = predictors.features(config)
     expected = np.zeros(len(config))
     names = np.full(len(config), "-", dtype=object)

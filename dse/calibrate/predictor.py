@@ -213,7 +213,12 @@ class DevicePredictors:
     ``validate.fit_context``): ``shift_s`` taken off each measured-family kernel (isolated,
     cold-cache kernels against the same kernels inside a model's CUDA graph),
     ``unmeasured_floor_s`` and ``unmeasured_ceiling`` pricing families without kernel data as
-    ``floor + sol / ceiling``, and ``source``."""
+    ``floor + sol / ceiling``, and ``source``.
+
+    ``warm_capacity_bytes``: the last-level cache of the measured device
+    (:func:`warm_capacity`), where its warm timings were taken. An op inside a model is priced
+    warm only when its working set fits it; a larger one finds most of its bytes in DRAM, as
+    a cold kernel does. 0: not known (every op priced warm)."""
 
     name: str
     reference_hw: str
@@ -224,9 +229,25 @@ class DevicePredictors:
     families: dict[str, FamilyPredictor]
     provenance: dict
     context: dict = field(default_factory=dict)
+    warm_capacity_bytes: float = 0.0
 
     def features(self, frame: pd.DataFrame) -> np.ndarray:
         return feature_matrix(frame, self.units, self.tile)
+
+
+def warm_capacity(hardware) -> float:
+    """The bytes a warm op's working set may take and still be found where the op before it
+    left them on ``hardware`` (an Accelerator or a catalog name): its last-level cache (the
+    last of ``cache_levels``, else ``l2_bytes``, which a CPU's probed spec gives as its
+    last-level cache). Faster levels are left out: a GPU's L1 does not keep data from one
+    kernel to the next. 0 for a spec with neither."""
+    if isinstance(hardware, str):
+        import accelerator_models
+
+        hardware = accelerator_models.load(hardware)
+    if hardware.cache_levels:
+        return float(hardware.cache_levels[-1].capacity_bytes)
+    return float(hardware.l2_bytes or 0.0)
 
 
 def _require_sklearn():
@@ -394,7 +415,7 @@ _FIX = "write the file again with dse calibrate --data DATASET --out FILE"
 #: Top-level keys: required, then optional.
 _TOP = ("format", "name", "reference_hw", "device", "units", "tile", "launch_floor_s",
         "families", "provenance")
-_TOP_OPTIONAL = ("context",)
+_TOP_OPTIONAL = ("context", "warm_capacity_bytes")
 _FAMILY = ("key", "target", "floor_s", "ceiling", "residual", "rows", "shapes")
 _FAMILY_OPTIONAL = ("validated", "implementations")
 _TREE = ("feature", "threshold", "left", "right", "value")
@@ -470,6 +491,8 @@ def check_predictor_document(data, where: str, text: str | None = None) -> None:
     for key in ("provenance", "context"):
         if not isinstance(data.get(key, {}), dict):
             fail(key, "must be an object")
+    if "warm_capacity_bytes" in data:  # a cache of up to 1 TB; 0: not known
+        _number(data["warm_capacity_bytes"], "warm_capacity_bytes", 0.0, 1e12, fail)
     context = data.get("context") or {}
     if context:
         for key, (low, high) in _CONTEXT.items():

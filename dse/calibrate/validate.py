@@ -22,7 +22,13 @@ import numpy as np
 import pandas as pd
 
 from .features import TILE, feature_matrix, training_rows, usable_rows
-from .predictor import CalibrationError, DevicePredictors, fit_family, probed_spec
+from .predictor import (
+    CalibrationError,
+    DevicePredictors,
+    fit_family,
+    probed_spec,
+    warm_capacity,
+)
 
 __all__ = ["DeviceRows", "best_of", "calibrate", "choose_methods", "cross_validate",
            "held_out_models", "model_shapes", "with_in_sample",
@@ -706,7 +712,8 @@ def held_out_models(data: DeviceRows, measured: pd.DataFrame, hardware, seed: in
         train = DeviceRows(data.name, data.rows[~drop].reset_index(drop=True), data.device,
                            data.units, data.reference_hw, data.provenance, data.residual)
         predictions = validated_predictions(train, seed, max_folds=max_folds)
-        predictors = calibrate(train, predictions, seed)
+        predictors = replace(calibrate(train, predictions, seed),
+                             warm_capacity_bytes=warm_capacity(hardware))
         others = measured[measured["model"] != model]
         _, context = whole_model_table(others, predictors, hardware, dense_variant,
                                        sparse_variant, sparse_format)

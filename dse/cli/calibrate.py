@@ -11,7 +11,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..calibrate.predictor import RESIDUALS, CalibrationError, reference_hardware, save_predictors
+from ..calibrate.predictor import (
+    RESIDUALS,
+    CalibrationError,
+    reference_hardware,
+    save_predictors,
+    warm_capacity,
+)
 from ..calibrate.validate import (
     METHODS,
     calibrate,
@@ -236,6 +242,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             data, seed=args.seed, progress=StatusLine(f"{name}: validated", "folds"))
         chosen = choose_methods(predictions)
         predictors = calibrate(data, predictions, seed=args.seed)
+        try:  # the caches the device's warm timings were taken in
+            hardware = reference_hardware(predictors, names)
+        except CalibrationError:  # a spec dse cannot load: every op is priced warm
+            hardware = None
+        if hardware is not None:
+            predictors = replace(predictors, warm_capacity_bytes=warm_capacity(hardware))
         if args.validate:
             predictions = with_in_sample(predictions, data, predictors)
             print(f"\n{name} (reference {data.reference_hw}, {data.units} "
@@ -248,7 +260,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                               speedup_summary(predictions, chosen, name), noise_floor(frame))
         if name in whole:
             measured = whole[name]
-            hardware = reference_hardware(predictors, names)
+            if hardware is None:
+                hardware = reference_hardware(predictors, names)  # its error, in one line
             table, context = whole_model_table(measured, predictors, hardware)
             _print_whole_models(name, table, context, measured,
                                 roofline="bound" if hardware.is_bound else "ceiling roofline")
