@@ -55,16 +55,48 @@ def expected_ops(
     calibrated: Predictors,
     scope: str = "gemm",
     numerics: Numerics = DEFAULT_NUMERICS,
+    backend: str = "exported",
 ) -> pd.DataFrame:
     """Every op of every design (dense included) priced by the kernel predictors
     ``calibrated``: the unfused ``evaluate_layers`` rows with ``expected_s`` (seconds),
     ``predictor``, ``kernel``, ``validated_rmspe`` and ``calibration`` (how each op was
     priced), as ``dse.calibrate.expected.expected_layers`` gives them. Kernels as they exist run
-    one op at a time, so the expectation is unfused whatever fusion model the bound uses."""
+    one op at a time, so the expectation is unfused whatever fusion model the bound uses.
+
+    ``backend``: ``exported`` prices the trace's ops as exported; ``torch`` prices the ops
+    torch runs for each format on the predictors' device, as the fidelity figures do
+    (:func:`dse.calibrate.validate.torch_ran`: fused attention when dense, the math attention
+    path and only the linears torch converts when sparse, on the CPU the copies around each
+    sparse linear). The bound stays the exported trace's."""
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
-    layers = evaluate_layers_bound(trace, hardware, formats, batches, fusion="unfused",
-                                   scope=scope, numerics=numerics)
-    return expected_layers(layers, trace, predictors(calibrated))
+    device = predictors(calibrated)
+    if backend not in BACKENDS:
+        raise EvaluationError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if backend == "exported":
+        layers = evaluate_layers_bound(trace, hardware, formats, batches, fusion="unfused",
+                                       scope=scope, numerics=numerics)
+        return expected_layers(layers, trace, device)
+    from .calibrate.validate import torch_ran
+
+    given = [formats] if isinstance(formats, str | Format) else list(formats)
+    # Dense first: every design's expected speedup is over the dense model torch runs (its
+    # attention fused), not over the dense rows a sparse model's trace also evaluates.
+    chosen = {"dense": "dense"}
+    for fmt in given:
+        chosen.setdefault(str(parse_format(fmt) if isinstance(fmt, str) else fmt), fmt)
+    parts = []
+    for name, fmt in chosen.items():
+        ran = torch_ran(trace, name, device.device)
+        layers = evaluate_layers_bound(ran, hardware, [fmt], batches, fusion="unfused",
+                                       scope=scope, numerics=numerics)
+        if name != "dense":
+            layers = layers[layers["format"].astype(str) != "dense"].reset_index(drop=True)
+        parts.append(expected_layers(layers, ran, device))
+    return pd.concat(parts, ignore_index=True)
+
+
+#: How the expectation reads a trace (:func:`expected_ops`): as exported, or as torch runs it.
+BACKENDS = ("exported", "torch")
 
 
 def evaluate(
@@ -77,9 +109,11 @@ def evaluate(
     numerics: Numerics = DEFAULT_NUMERICS,
     categorical: bool = False,
     calibrated: Predictors | None = None,
+    backend: str = "exported",
 ) -> pd.DataFrame:
     """Speed-of-light latency of every design point, one row per design
-    (:func:`dse.roofline.evaluate`), and with ``calibrated`` the expectation beside it.
+    (:func:`dse.roofline.evaluate`), and with ``calibrated`` the expectation beside it
+    (``backend``: the ops it prices, as :func:`expected_ops` reads them).
 
     ``calibrated``: a device's kernel predictors: a shipped name (``"h100-sxm"``,
     ``"cpu-amd-epyc-2c"``), a file written by ``dse calibrate --out``, or loaded
@@ -97,7 +131,7 @@ def evaluate(
         raise EvaluationError("calibrated evaluation takes one scope; call evaluate once per "
                               "scope")
     return expected_designs(table, expected_ops(trace, hardware, formats, batches, calibrated,
-                                                scopes[0], numerics))
+                                                scopes[0], numerics, backend))
 
 
 #: The columns the expectation adds to each op of :func:`evaluate_layers`.

@@ -459,6 +459,50 @@ def _converted_linears_only(trace, sparse_format: str = "2:4", device: str = "cu
                                         provenance=dict(trace.provenance))
 
 
+#: The sparse formats torch runs a whole model in, per device: 2:4 semi-structured linears
+#: on CUDA (``to_sparse_semi_structured``); block and unstructured linears in torch BSR and
+#: CSR on the CPU (``dse measure --whole-models``).
+TORCH_RUNS = {"cuda": ("nm",), "cpu": ("block", "unstructured")}
+
+
+class BackendError(CalibrationError):
+    """A design torch runs no whole model of; the message names the format and the fix."""
+
+
+def torch_ran(trace, fmt: str, device: str, sdpa: bool = True):
+    """The ops torch runs for ``trace`` in ``fmt`` on ``device`` (cuda or cpu), as the
+    measured whole models ran them (:mod:`workloads.backend`): ``sdpa`` (timm's default,
+    ``F.scaled_dot_product_attention``): a dense model runs each attention as one fused kernel,
+    and a sparse one falls back to torch's math attention, because a sparse linear's output is
+    a transposed view that SDPA's fused kernels refuse (benchmarks/cpu/results/
+    profile_deit_small_b8.csv, benchmarks/gpu/results/collect/profiles.parquet). Only the
+    linears torch converts stay prunable, and on the CPU each sparse linear brings its zero
+    fill, bias add and input copy. Raises :class:`BackendError` for a format torch runs no
+    whole model in on that device (:data:`TORCH_RUNS`), and for a language model's trace
+    (only timm models' whole runs were measured and profiled)."""
+    import formats
+    from workloads.backend import fuse_attention, torch_cpu_sparse_linears, torch_math_attention
+
+    if trace.provenance.get("phase"):
+        raise BackendError(f"{trace.model}: what torch runs was measured for timm models only "
+                           "(no language model's whole run was profiled); price it as "
+                           "exported (--backend exported)")
+    parsed = formats.parse(fmt)
+    if parsed.family == "dense":
+        return fuse_attention(trace) if sdpa else trace
+    runs = TORCH_RUNS.get(device, ())
+    if parsed.family not in runs or (device == "cuda" and str(parsed) != "2:4"):
+        ran = "2:4" if device == "cuda" else "block and unstructured formats"
+        raise BackendError(f"{fmt}: torch runs no whole model in it on {device} (it runs "
+                           f"{ran}); price it as exported (--backend exported)")
+    sparse = _converted_linears_only(trace, str(parsed), device)
+    if sdpa:
+        sparse = torch_math_attention(sparse, cast_probabilities=device != "cpu")
+    if device == "cpu":
+        sparse = torch_cpu_sparse_linears(sparse)
+    return sparse
+
+
 def _model_parts(measured: pd.DataFrame, predictors: DevicePredictors, hardware: str,
                  sparse_format: str, sdpa: set[str] = frozenset()) -> dict:
     """Per measured model: the trace its dense run ran, the trace its sparse run ran (only the
@@ -468,22 +512,13 @@ def _model_parts(measured: pd.DataFrame, predictors: DevicePredictors, hardware:
     bias adds around each sparse linear (:mod:`workloads.backend`): each side is priced as it
     ran."""
     import workloads
-    from workloads.backend import fuse_attention, torch_cpu_sparse_linears, torch_math_attention
 
-    cpu = predictors.device == "cpu"
     parts = {}
     for model, group in measured.groupby("model", sort=False):
         trace = workloads.load_trace(str(model))
-        sparse = _converted_linears_only(trace, sparse_format, predictors.device)
-        dense = trace
-        if str(model) in sdpa:
-            # On both devices a sparse linear's output is a transposed view, which SDPA's
-            # fused kernels refuse (benchmarks/cpu/results/profile_deit_small_b8.csv,
-            # benchmarks/gpu/results/collect/profiles.parquet).
-            dense = fuse_attention(trace)
-            sparse = torch_math_attention(sparse, cast_probabilities=not cpu)
-        if cpu:
-            sparse = torch_cpu_sparse_linears(sparse)
+        sdpa_run = str(model) in sdpa
+        dense = torch_ran(trace, "dense", predictors.device, sdpa_run)
+        sparse = torch_ran(trace, sparse_format, predictors.device, sdpa_run)
         parts[str(model)] = (dense, sparse, sorted(int(b) for b in group["batch"].unique()))
     return parts
 

@@ -505,12 +505,13 @@ def predictors_from_args(args: argparse.Namespace) -> DevicePredictors | None:
     return load_predictors(name) if name else None
 
 
-def expected_ops(trace: Trace, design: Design, predictors: DevicePredictors) -> pd.DataFrame:
+def expected_ops(trace: Trace, design: Design, predictors: DevicePredictors,
+                 backend: str = "exported") -> pd.DataFrame:
     """Every op of every design of ``trace`` on ``design``'s hardware, formats and batches,
     priced by ``predictors``: :func:`dse.api.expected_ops` of the options' design (unfused
-    whatever ``--fusion`` says)."""
+    whatever ``--fusion`` says; ``backend`` as there)."""
     return api.expected_ops(trace, design.hardware, design.formats, design.batches, predictors,
-                            design.scope, design.numerics)
+                            design.scope, design.numerics, backend)
 
 
 # --- inputs and outputs: checked before any work -------------------------------------------------
