@@ -110,9 +110,26 @@ class Problem:
                                a.ops)
 
     def design_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(hardware, format, batch) index of every design, in kernel order."""
-        shape = (len(self.accelerators), len(self.formats), len(self.batches))
-        return np.unravel_index(np.arange(np.prod(shape)), shape)
+        """(hardware, format, batch) index of every design, in kernel order (read-only arrays,
+        shared between calls of the same grid shape)."""
+        return _design_index((len(self.accelerators), len(self.formats), len(self.batches)))
+
+
+@lru_cache(maxsize=64)
+def _design_index(shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    # Cached: a caller pricing one design in a loop pays for these three arrays once.
+    index = np.unravel_index(np.arange(np.prod(shape)), shape)
+    for a in index:
+        a.setflags(write=False)
+    return index
+
+
+@lru_cache(maxsize=64)
+def _shape_fallbacks(pricing: Pricing, scope: str) -> np.ndarray:
+    """Per format, the ops in ``scope`` that cannot take it (cached per pricing and scope)."""
+    counts = pricing.shape_fallback[:, kernel_arrays(pricing, scope).ops].sum(axis=1)
+    counts.setflags(write=False)
+    return counts
 
 
 def fusion_latency(totals: np.ndarray, fusion: str) -> tuple[np.ndarray, np.ndarray]:
@@ -163,22 +180,31 @@ class Peaks:
 
 def peaks(acc: Accelerator, numerics: Numerics = DEFAULT_NUMERICS) -> Peaks:
     """The ceilings the roofline divides by, for ``acc`` under ``numerics``."""
+    dram, tensor, sparse, csr, vector = _peak_values(acc, numerics)
+    return Peaks(np.float64(dram), tensor, sparse, csr, vector)
+
+
+def _peak_values(acc: Accelerator, numerics: Numerics) -> tuple[float, ...]:
+    """:func:`peaks` as plain floats, without numpy: one design priced in a loop pays for
+    this on every call (the same IEEE divisions, so the same values)."""
     tensor = acc.tensor_rate(numerics.dtype)
     sparse = tensor * acc.nonzero_rate if acc.sparse_tensor is not None else tensor
-    # A cold run's bytes come from DRAM through every cache level's link: the slowest bounds.
-    (seconds_per_byte,) = memory_pieces(acc, "cold")[1]
-    return Peaks(1.0 / seconds_per_byte, tensor, sparse,
-                 acc.vector_rate(numerics.csr_dtype), acc.vector_rate(numerics.vector_dtype))
+    # A cold run's bytes come from DRAM through every cache level's link: the slowest bounds
+    # (memory_pieces(acc, "cold")'s one piece).
+    seconds_per_byte = max([1.0 / acc.dram_bandwidth_bytes_per_s,
+                            *[1.0 / c.bandwidth_bytes_per_s for c in acc.cache_levels]])
+    return (1.0 / seconds_per_byte, tensor, sparse, acc.vector_rate(numerics.csr_dtype),
+            acc.vector_rate(numerics.vector_dtype))
 
 
 def _hardware_rates(acc: Accelerator, numerics: Numerics) -> list[float]:
-    p = peaks(acc, numerics)
+    dram, tensor, sparse, csr, vector = _peak_values(acc, numerics)
     row = [0.0] * K.HW_COLUMNS
-    row[K.HW_INV_BW] = 1.0 / p.dram_bytes_per_s
-    row[K.HW_INV_TENSOR] = 1.0 / p.tensor
-    row[K.HW_INV_SPARSE] = 1.0 / p.sparse_tensor
-    row[K.HW_INV_CSR] = 1.0 / p.csr
-    row[K.HW_INV_VECTOR] = 1.0 / p.vector
+    row[K.HW_INV_BW] = 1.0 / dram
+    row[K.HW_INV_TENSOR] = 1.0 / tensor
+    row[K.HW_INV_SPARSE] = 1.0 / sparse
+    row[K.HW_INV_CSR] = 1.0 / csr
+    row[K.HW_INV_VECTOR] = 1.0 / vector
     return row
 
 
@@ -206,6 +232,12 @@ class _Capabilities:
         return Accelerator.supports_block(self, block)  # type: ignore[arg-type]
 
 
+@lru_cache(maxsize=1024)
+def _parse_name(spec: str) -> Format:
+    # Formats are frozen values: one parse per name and process (a refused name is not cached).
+    return parse_format(spec)
+
+
 def prepare(trace, hardware, formats, batches, numerics) -> Problem:
     """The priced arrays of a grid of designs, checked: what :func:`evaluate`, the simulator's
     planner and the benchmarks run the kernels on."""
@@ -214,7 +246,8 @@ def prepare(trace, hardware, formats, batches, numerics) -> Problem:
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
     accelerators = tuple(h if isinstance(h, Accelerator) else accelerator_models.load(h)
                          for h in _as_list(hardware, "hardware"))
-    fmts = stack_formats([parse_format(f) for f in _as_list(formats, "format")])
+    fmts = stack_formats([_parse_name(f) if isinstance(f, str) else parse_format(f)
+                          for f in _as_list(formats, "format")])
     batch_list = _as_list(batches, "batch size")
     for b in batch_list:
         if isinstance(b, bool) or not isinstance(b, int | np.integer) or b < 1:
@@ -270,15 +303,18 @@ def _totals_columns(problem: Problem, scope: str, fusions: list[str],
     """Per fusion, the columns of :func:`evaluate`'s rows (labels as ``label_column`` gives
     them): what both the DataFrame and the typed :class:`Designs` are made of."""
     totals = {}
-    ops = problem.arrays(scope).ops
+    arrays = problem.arrays(scope)
+    ops = arrays.ops
     n_fmt, n_b = len(problem.formats), len(problem.batches)
     h, f, b = problem.design_index()
     dense_rows = (h * n_fmt) * n_b + b  # format 0 is dense
     batch = problem.batches[b]
     p = problem.pricing
-    shape_fallback = p.shape_fallback[:, ops].sum(axis=1)[f]
+    shape_fallback = _shape_fallbacks(p, scope)[f]
     falls_back = ~problem.native_ok[h, f]
-    hw_fallback_ops = np.where(falls_back, p.needs_support[:, ops].sum(axis=1)[f], 0)
+    # fallback_ops: per format, the ops in scope that need its own kernel.
+    hw_fallback_ops = np.where(falls_back, arrays.fallback_ops[f], 0)
+    any_fallback = bool(falls_back.any())  # else every design's fallback kind is 0 ("")
     rows = np.arange(len(h))
     labels = {
         "model": label_column(np.zeros(len(h), dtype=np.int64), [problem.trace.model], categorical),
@@ -308,7 +344,8 @@ def _totals_columns(problem: Problem, scope: str, fusions: list[str],
         dram = weight_bytes + features
         dense_latency = latency[dense_rows]
         zeros = np.zeros(len(h), dtype=np.int64)
-        fallback_kind = np.where(falls_back & (hw_fallback_ops > 0), np.where(alt == 1, 2, 1), 0)
+        fallback_kind = (np.where(falls_back & (hw_fallback_ops > 0), np.where(alt == 1, 2, 1), 0)
+                         if any_fallback else zeros)
         frames.append({
             **labels,
             "fusion": label_column(zeros, [fusion], categorical) if categorical else fusion,
