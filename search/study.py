@@ -637,7 +637,9 @@ def _fail_on_full_device(exc: BaseException, storage: Storage, out: Path, create
         kept = "nothing of this study was kept"
     else:
         kept = f"the work done is kept in {storage.shown} for --resume"
-    where = database if fresh_db or storage.backend == "sqlite" else out
+    # The file that could not grow: this run's new database, a resumed SQLite study's own
+    # database (wherever --storage put it), else (a server's study) the results folder.
+    where = database if fresh_db else storage.shown if storage.backend == "sqlite" else out
     raise SearchError(f"{where}: cannot write (No space left on device); free space there or "
                       f"choose another --out; {kept}") from None
 

@@ -269,3 +269,27 @@ def test_a_full_device_fails_cleanly_and_leaves_nothing(name, device, tmp_path, 
         assert device.files() == {"out"}, f"left behind: {sorted(device.files())}"
     assert "no space left" in line.lower(), line
     assert str(out) in line, line
+
+
+def test_a_resumed_sqlite_study_on_a_full_device_names_its_own_database(tmp_path):
+    """A study resumed from a SQLite database outside --out (``--storage sqlite:///...``):
+    the full-device line names that database, where its work is kept, not OUT/study.db."""
+    import errno
+
+    from search.errors import SearchError
+    from search.storage import open_storage, sqlite_url
+    from search.study import _fail_on_full_device
+
+    out = tmp_path / "out"
+    out.mkdir()
+    storage = open_storage(sqlite_url(tmp_path / "shared.db"))
+    try:
+        full = OSError(errno.ENOSPC, "No space left on device")
+        with pytest.raises(SearchError) as caught:
+            _fail_on_full_device(full, storage, out, created=False, fresh_db=False)
+    finally:
+        storage.engine.dispose()
+    message = str(caught.value)
+    assert message.startswith(f"{storage.shown}: cannot write"), message
+    assert "study.db" not in message and "kept in" in message, message
+    assert (tmp_path / "shared.db").exists()  # the work done is kept for --resume
