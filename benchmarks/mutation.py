@@ -129,25 +129,25 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "zip(strict=False): three columns of one frame, always as long",
     ("dse/calibrate/expected.py", 51, "> -> >="):
         "a trace's GEMM-kind op has m >= 1 (workloads.trace refuses m 0), the others are not GEMMs",
-    ("dse/calibrate/expected.py", 84, "False -> True"):
+    ("dse/calibrate/expected.py", 85, "False -> True"):
         "ngroup(sort=True) numbers the kernels otherwise, and keys[] is indexed by the same codes",
-    ("dse/calibrate/expected.py", 84, "True -> False"):
+    ("dse/calibrate/expected.py", 85, "True -> False"):
         "observed= acts only on categorical groupers; these columns are built from arrays",
     # max(b, 1) -> max(b, 2) (the other 1 -> 2 there, max(s, 1), is killed): b >= 1 and every
     # size s that is not b is >= 2 when b is 1, so the nearest is the smallest size either way.
-    ("dse/calibrate/expected.py", 104, "1 -> 2"):
+    ("dse/calibrate/expected.py", 105, "1 -> 2"):
         "max(b, 2): for block1 every measured size is >= 2; the nearest is the smallest still",
-    ("dse/calibrate/expected.py", 164, "1 -> 2"):
+    ("dse/calibrate/expected.py", 165, "1 -> 2"):
         "reshape(-2): numpy takes any negative size as the one unknown dimension",
-    ("dse/calibrate/expected.py", 168, "> -> >="):
+    ("dse/calibrate/expected.py", 169, "> -> >="):
         "expected_s is 0 only for an op without work, whose time_s 0 / 0 is NaN as well",
-    ("dse/calibrate/expected.py", 178, "1e-30 -> 2e-30"):
+    ("dse/calibrate/expected.py", 179, "1e-30 -> 2e-30"):
         "the floor acts only when no op has expected time, when there are no shares to divide",
-    ("dse/calibrate/expected.py", 186, "0.0 -> 1.0"):
+    ("dse/calibrate/expected.py", 187, "0.0 -> 1.0"):
         "an RMSPE filled in for a bound row has weight 0 in np.average",
-    ("dse/calibrate/expected.py", 198, "False -> True"):
+    ("dse/calibrate/expected.py", 199, "False -> True"):
         "groupby(sort=True) reorders the summaries; the merge on keys puts them back",
-    ("dse/calibrate/expected.py", 202, "True -> False"):
+    ("dse/calibrate/expected.py", 203, "True -> False"):
         "zip(strict=False): three columns of one frame, always as long",
 }
 

@@ -358,3 +358,21 @@ def test_an_op_whose_bytes_just_fit_the_cache_is_warm():
     assert (config["cache"] == np.where(nbytes <= 294912, "warm", "cold")).all()
     # a cache of one byte: every op (each moves more) is cold
     assert set(op_configs(layers, trace, "warm", warm_capacity_bytes=1.0)["cache"]) == {"cold"}
+
+
+def test_a_vector_op_carries_no_sparsity_whatever_the_design():
+    """A vector op has no weights to prune: its configuration is the same in a dense and a
+    sparse design (sparsity 0, block 0), so the vector predictor prices it the same."""
+    import workloads
+    from dse.calibrate.expected import op_configs
+    from dse.roofline import evaluate_layers
+
+    trace = workloads.load_trace("toy_hybrid")
+    layers = evaluate_layers(trace, "h100-sxm", ["2:4", "block16@50%"], batches=2,
+                             fusion="unfused", scope="all")
+    config = op_configs(layers, trace)
+    vector = config["family"] == "vector"
+    assert vector.any() and (config["family"] == "nm").any()
+    assert (config.loc[vector, "sparsity"] == 0.0).all()
+    assert (config.loc[vector, "block"] == 0).all()
+    assert (config.loc[config["family"] == "nm", "sparsity"] == 0.5).all()

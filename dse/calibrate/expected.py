@@ -62,8 +62,9 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm",
                       np.where(fallback == "hw:csr", "unstructured",
                                np.where((fallback != "") | ~prunable, "dense", fam)))
     family = family.astype(object)
-    block = np.where(family == "unstructured", 1, np.where(family == "dense", 0, block))
-    sparsity = np.where(family == "dense", 0.0, sparsity)
+    plain = np.isin(family, ("dense", "vector"))  # no sparse weights: a vector op has none
+    block = np.where(family == "unstructured", 1, np.where(plain, 0, block))
+    sparsity = np.where(plain, 0.0, sparsity)
     groups = op["groups"].to_numpy()
     kind = op["kind"].to_numpy(dtype=object)
     out = pd.DataFrame({
