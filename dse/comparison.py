@@ -76,6 +76,7 @@ def compare(
     scope: str = "gemm",
     numerics: Numerics = DEFAULT_NUMERICS,
     calibrated: Predictors | None = None,
+    backend: str = "exported",
 ) -> Comparison:
     """Evaluate every model of ``models`` under ``formats`` (dense is always the baseline) at
     ``batches`` and ``fusion`` models on every accelerator of ``hardware``, side by side.
@@ -83,7 +84,8 @@ def compare(
     ``calibrated``: kernel predictors (as for :func:`dse.evaluate`): adds the expectation
     beside the bound on every accelerator (an accelerator other than the predictors' device
     keeps its fraction of the speed of light); kernels are priced one op at a time (unfused)
-    whatever ``fusion``. The same numbers as ``dse compare``."""
+    whatever ``fusion``; ``backend``: the ops it prices (:func:`dse.api.expected_ops`). The
+    same numbers as ``dse compare``."""
     traces = [m if isinstance(m, Trace) else load_trace(m) for m in
               ([models] if isinstance(models, Trace | str) else models)]
     accs = accelerators(hardware)
@@ -97,7 +99,7 @@ def compare(
                          numerics=numerics)
         if device is not None:
             expected.append(expected_ops(trace, accs, format_list, batch_list, device, scope,
-                                         numerics))
+                                         numerics, backend))
             frame = expected_designs(frame, expected[-1])
         frame = with_energy_and_memory(frame, trace, accs, format_list, batch_list, fusions,
                                        scope, numerics)

@@ -97,3 +97,25 @@ def test_the_cli_says_when_torch_would_run_other_ops(capsys):
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.strip().startswith("h100-sxm    2:4"))
     assert "0.38" in row.split()[-2], row  # the expected speedup, as validated (0.38x)
+
+
+def test_compare_takes_the_backend_too(h100, vit, capsys):
+    """dse.compare and dse compare price the same traces as dse evaluate --backend torch."""
+    from dse.comparison import compare
+
+    c = compare(vit, ["h100-sxm"], ["2:4"], [128], scope="all", calibrated=h100,
+                backend="torch")
+    one = api.evaluate(vit, "h100-sxm", ["2:4"], [128], scope="all", calibrated=h100,
+                       backend="torch").set_index("format")
+    got = c.designs.set_index("format")
+    assert got.loc["2:4", "expected_speedup"] == pytest.approx(
+        one.loc["2:4", "expected_speedup"], rel=1e-12)
+    argv = ["compare", "--model", "vit_base_patch16_224", "--hw", "h100-sxm", "--format", "2:4",
+            "--calibrated", "h100-sxm"]
+    assert run_cli(argv) == 0
+    assert "--backend torch prices that" in capsys.readouterr().out
+    assert run_cli([*argv, "--backend", "torch"]) == 0
+    assert "--backend torch prices that" not in capsys.readouterr().out
+    assert run_cli(["compare", "--model", "vit_base_patch16_224", "--hw", "h100-sxm",
+                    "--format", "2:4", "--backend", "torch"]) == 2
+    assert "give --calibrated DEVICE too" in capsys.readouterr().err

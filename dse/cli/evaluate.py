@@ -19,10 +19,13 @@ from ..roofline import evaluate
 from .commands import help_of
 from .options import (
     CALIBRATED_FIX,
+    TORCH_NOTE,
     Default,
     InputError,
+    add_backend_option,
     add_design_options,
     assumed_dtypes,
+    backend_from_args,
     check_outputs,
     design_from_args,
     dtypes_text,
@@ -30,6 +33,7 @@ from .options import (
     nonempty_text,
     path_value,
     predictors_from_args,
+    torch_runs_otherwise,
     with_dtype_columns,
 )
 from .tables import calibration_note, missing, seconds_column, share
@@ -55,13 +59,7 @@ def add_parsers(commands) -> None:
                          "expected_speedup and fraction_of_sol from the kernel predictors of "
                          "DEVICE (shipped: h100-sxm, cpu-amd-epyc-2c; or a file written by "
                          "dse calibrate --out), with the predictor used and its held-out error")
-    ev.add_argument("--backend", choices=("exported", "torch"), default=None,
-                    help="with --calibrated: the ops the expectation prices: exported (the "
-                         "default: the trace as exported) or torch (what torch runs on the "
-                         "predictors' device, as the fidelity figures are priced: attention "
-                         "fused when dense and its math path when sparse, only the linears "
-                         "torch converts sparse; 2:4 on cuda, block and unstructured on cpu). "
-                         "The bound stays the exported trace's")
+    add_backend_option(ev)
     ev.set_defaults(run=_cmd_evaluate)
 
 
@@ -70,7 +68,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     d = design_from_args(args)
     check_quantisation(args, d)
     predictors = predictors_from_args(args)
-    backend = _backend(args)
+    backend = backend_from_args(args)
     assumed = assumed_dtypes(args, d.numerics)
     if assumed:
         print(assumed)
@@ -96,11 +94,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                 print(_language_model_table(table, trace))
         if expected is not None:
             print(calibration_note(expected, predictors))
-            if args.backend is None and not trace.provenance.get("phase") \
-                    and torch_runs_otherwise(trace):
-                print("  note: priced as exported; torch runs this model's attention fused "
-                      "when dense and by its math path when sparse (and converts only some "
-                      "linears): --backend torch prices that, as the fidelity figures do")
+            if args.backend is None and torch_runs_otherwise(trace):
+                print(TORCH_NOTE)
         # The file says which number types it priced, as the first printed line does.
         frames.append(with_dtype_columns(table, d.numerics, bool(trace.provenance.get("phase"))))
     table = pd.concat(frames, ignore_index=True)
@@ -108,31 +103,6 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         write_table(table, args.out)
         print(f"wrote {len(table)} rows to {args.out}")
     return 0
-
-
-def _backend(args: argparse.Namespace) -> str:
-    """The ops the expectation prices (``--backend``), refused in one line where it cannot
-    apply."""
-    if args.backend is None:
-        return "exported"
-    if not args.calibrated:
-        raise InputError(f"--backend {args.backend}: it chooses the ops the expectation "
-                         "prices; give --calibrated DEVICE too, or leave out --backend")
-    if args.per_layer and args.backend != "exported":
-        raise InputError(f"--backend {args.backend} with --per-layer: the per-layer rows are "
-                         "the exported trace's ops; leave out one of the two")
-    return args.backend
-
-
-def torch_runs_otherwise(trace) -> bool:
-    """Whether torch runs ops other than ``trace``'s as exported: attention it fuses, or
-    prunable linears it would not convert to 2:4 (dims not multiples of 64)."""
-    from workloads.backend import attention_regions
-
-    ops = trace.ops
-    unconverted = ops["prunable"] & ((ops["kind"] != "linear") | (ops["m"] % 64 != 0)
-                                     | (ops["k"] % 64 != 0))
-    return bool(attention_regions(trace)) or bool(unconverted.any())
 
 
 def check_quantisation(args: argparse.Namespace, d) -> None:

@@ -514,6 +514,51 @@ def expected_ops(trace: Trace, design: Design, predictors: DevicePredictors,
                             design.scope, design.numerics, backend)
 
 
+def add_backend_option(parser) -> None:
+    """``--backend``: the ops a calibrated expectation prices (:func:`dse.api.expected_ops`)."""
+    parser.add_argument(
+        "--backend", choices=("exported", "torch"), default=None,
+        help="with --calibrated: the ops the expectation prices: exported (the default: the "
+             "trace as exported) or torch (what torch runs on the predictors' device, as the "
+             "fidelity figures are priced: attention fused when dense and its math path when "
+             "sparse, only the linears torch converts sparse; 2:4 on cuda, block and "
+             "unstructured on cpu). The bound stays the exported trace's")
+
+
+#: What a calibrated command says when it priced the exported trace and torch runs other ops.
+TORCH_NOTE = ("  note: priced as exported; torch runs this model's attention fused when dense and "
+              "by its math path when sparse (and converts only some linears): --backend torch "
+              "prices that, as the fidelity figures do")
+
+
+def backend_from_args(args) -> str:
+    """The ops the expectation prices (``--backend``), refused in one line where it cannot
+    apply: without --calibrated, and with --per-layer (whose rows are the exported ops)."""
+    if args.backend is None:
+        return "exported"
+    if not args.calibrated:
+        raise InputError(f"--backend {args.backend}: it chooses the ops the expectation "
+                         "prices; give --calibrated DEVICE too, or leave out --backend")
+    if getattr(args, "per_layer", False) and args.backend != "exported":
+        raise InputError(f"--backend {args.backend} with --per-layer: the per-layer rows are "
+                         "the exported trace's ops; leave out one of the two")
+    return args.backend
+
+
+def torch_runs_otherwise(trace: Trace) -> bool:
+    """Whether torch runs ops other than ``trace``'s as exported (a timm model's: language
+    models are not covered): attention it fuses, or prunable ops it would not convert to 2:4
+    (convolutions, linears whose dims are not multiples of 64)."""
+    if trace.provenance.get("phase"):
+        return False
+    from workloads.backend import attention_regions
+
+    ops = trace.ops
+    unconverted = ops["prunable"] & ((ops["kind"] != "linear") | (ops["m"] % 64 != 0)
+                                     | (ops["k"] % 64 != 0))
+    return bool(attention_regions(trace)) or bool(unconverted.any())
+
+
 # --- inputs and outputs: checked before any work -------------------------------------------------
 
 

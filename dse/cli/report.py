@@ -21,10 +21,13 @@ from .evaluate import (
 )
 from .options import (
     CALIBRATED_FIX,
+    TORCH_NOTE,
     Default,
     Parser,
+    add_backend_option,
     add_design_options,
     add_evaluator_options,
+    backend_from_args,
     check_outputs,
     design_from_args,
     dtypes_text,
@@ -33,6 +36,7 @@ from .options import (
     number,
     path_value,
     predictors_from_args,
+    torch_runs_otherwise,
 )
 from .progress import StatusLine
 from .tables import calibration_note, expectation_line, missing, predictors_used, share
@@ -83,6 +87,7 @@ def add_parsers(commands) -> None:
                          "--report charts. Kernels one op at a time (unfused) whatever "
                          "--fusion; accelerators other than DEVICE keep its fraction of the "
                          "speed of light. An expectation, not a bound")
+    add_backend_option(cp)
     cp.set_defaults(run=_cmd_compare)
 
     sw = commands.add_parser(
@@ -213,13 +218,16 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)], folders=[("--report", args.report)])
     d = design_from_args(args)
     check_quantisation(args, d)
+    backend = backend_from_args(args)
     c = compare(d.traces, d.hardware, d.formats, d.batches, fusion=d.fusions, scope=d.scope,
-                numerics=d.numerics, calibrated=predictors_from_args(args))
+                numerics=d.numerics, calibrated=predictors_from_args(args), backend=backend)
     frame, expected, predictors = c.frame(), c.expected, c.predictors
     print(f"priced at {dtypes_text(d.numerics)}, scope {d.scope}")
     print(_comparison_text(frame))
     if expected is not None:
         print(calibration_note(expected, predictors))
+        if args.backend is None and any(torch_runs_otherwise(t) for t in d.traces):
+            print(TORCH_NOTE)
     if c.unpriced_energy:
         print("energy leaves out what the spec has no figure for (a lower bound there): "
               + ", ".join(c.unpriced_energy))
