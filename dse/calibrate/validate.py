@@ -437,6 +437,13 @@ def calibrate(data: DeviceRows, predictions: pd.DataFrame, seed: int = 0) -> Dev
         families=families, provenance=provenance)
 
 
+def torch_converts_to_24(kind, m, k):
+    """Whether timm's 2:4 conversion takes an op (element-wise over arrays too): a linear
+    whose out and in features are multiples of 64, as ``benchmarks/gpu/measure_models.py``
+    converted them."""
+    return (kind == "linear") & (m % 64 == 0) & (k % 64 == 0)
+
+
 def _converted_linears_only(trace, sparse_format: str = "2:4", device: str = "cuda"):
     """The trace with only the linears the measured sparse whole model converted left
     prunable: on CUDA those a timm 2:4 conversion takes (in/out features % 64 == 0), as
@@ -452,8 +459,7 @@ def _converted_linears_only(trace, sparse_format: str = "2:4", device: str = "cu
         return whole_model_trace(trace, formats.parse(sparse_format))
     records = trace.to_json()["ops"]
     for r in records:
-        if r["prunable"] and not (r["kind"] == "linear" and r["m"] % 64 == 0
-                                  and r["k"] % 64 == 0):
+        if r["prunable"] and not torch_converts_to_24(r["kind"], r["m"], r["k"]):
             r["prunable"] = False
     return workloads.Trace.from_records(trace.model, trace.input_shape, records,
                                         provenance=dict(trace.provenance))

@@ -553,9 +553,10 @@ def torch_runs_otherwise(trace: Trace) -> bool:
         return False
     from workloads.backend import attention_regions
 
+    from ..calibrate.validate import torch_converts_to_24
+
     ops = trace.ops
-    unconverted = ops["prunable"] & ((ops["kind"] != "linear") | (ops["m"] % 64 != 0)
-                                     | (ops["k"] % 64 != 0))
+    unconverted = ops["prunable"] & ~torch_converts_to_24(ops["kind"], ops["m"], ops["k"])
     return bool(attention_regions(trace)) or bool(unconverted.any())
 
 

@@ -26,7 +26,8 @@ import numpy as np
 
 from accelerator_models import Accelerator
 
-__all__ = ["CACHE_CONDITIONS", "CacheError", "memory_time", "memory_pieces"]
+__all__ = ["CACHE_CONDITIONS", "CacheError", "cold_seconds_per_byte", "memory_pieces",
+           "memory_time"]
 
 #: Conditions of a run: ``cold`` (DRAM) or ``warm`` (the cache hierarchy).
 CACHE_CONDITIONS = ("cold", "warm")
@@ -34,6 +35,15 @@ CACHE_CONDITIONS = ("cold", "warm")
 
 class CacheError(ValueError):
     """A cache condition the hardware spec cannot bound; the message names the fix."""
+
+
+def cold_seconds_per_byte(acc: Accelerator) -> float:
+    """A cold run's least seconds per byte on ``acc``, as a plain float (the evaluator asks
+    for it on every design). Every byte comes from DRAM and passes every level on its way in,
+    so the slowest link bounds it (a CPU core's port beyond L2 can be narrower than the
+    socket's DRAM)."""
+    return max([1.0 / acc.dram_bandwidth_bytes_per_s,
+                *[1.0 / c.bandwidth_bytes_per_s for c in acc.cache_levels]])
 
 
 def memory_pieces(acc: Accelerator, cache: str = "cold") -> tuple[np.ndarray, np.ndarray]:
@@ -44,9 +54,7 @@ def memory_pieces(acc: Accelerator, cache: str = "cold") -> tuple[np.ndarray, np
     dram = 1.0 / acc.dram_bandwidth_bytes_per_s
     per_level = [1.0 / c.bandwidth_bytes_per_s for c in acc.cache_levels]
     if cache == "cold":
-        # Every byte comes from DRAM and passes every level on its way in, so the slowest
-        # link bounds it (a CPU core's port beyond L2 can be narrower than the socket's DRAM).
-        return np.zeros(1), np.array([max([dram, *per_level])])
+        return np.zeros(1), np.array([cold_seconds_per_byte(acc)])
     if not acc.cache_levels:
         raise CacheError(f"hardware {acc.name!r} has no [cache] levels, so a warm run has no "
                          "bound; add cache.l1_bytes and cache.l1_bandwidth_bytes_per_s (and "

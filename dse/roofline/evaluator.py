@@ -29,7 +29,7 @@ from workloads import MAX_BATCH, Trace, load_trace
 
 from . import fusion_rules
 from . import kernels as K
-from .caches import CACHE_CONDITIONS, memory_pieces, memory_time
+from .caches import CACHE_CONDITIONS, cold_seconds_per_byte, memory_pieces, memory_time
 from .numerics import Numerics
 from .pricing import (
     KERNEL_CSR,
@@ -124,14 +124,6 @@ def _design_index(shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray, 
     return index
 
 
-@lru_cache(maxsize=64)
-def _shape_fallbacks(pricing: Pricing, scope: str) -> np.ndarray:
-    """Per format, the ops in ``scope`` that cannot take it (cached per pricing and scope)."""
-    counts = pricing.shape_fallback[:, kernel_arrays(pricing, scope).ops].sum(axis=1)
-    counts.setflags(write=False)
-    return counts
-
-
 def fusion_latency(totals: np.ndarray, fusion: str) -> tuple[np.ndarray, np.ndarray]:
     """Latency and memory time of ``totals[..., :]`` under ``fusion`` (for ``rules:NAME``,
     totals from ``Problem.totals(scope, fusion)``)."""
@@ -189,12 +181,9 @@ def _peak_values(acc: Accelerator, numerics: Numerics) -> tuple[float, ...]:
     this on every call (the same IEEE divisions, so the same values)."""
     tensor = acc.tensor_rate(numerics.dtype)
     sparse = tensor * acc.nonzero_rate if acc.sparse_tensor is not None else tensor
-    # A cold run's bytes come from DRAM through every cache level's link: the slowest bounds
-    # (memory_pieces(acc, "cold")'s one piece).
-    seconds_per_byte = max([1.0 / acc.dram_bandwidth_bytes_per_s,
-                            *[1.0 / c.bandwidth_bytes_per_s for c in acc.cache_levels]])
-    return (1.0 / seconds_per_byte, tensor, sparse, acc.vector_rate(numerics.csr_dtype),
-            acc.vector_rate(numerics.vector_dtype))
+    # A cold run's bytes come from DRAM through every cache level's link: the slowest bounds.
+    return (1.0 / cold_seconds_per_byte(acc), tensor, sparse,
+            acc.vector_rate(numerics.csr_dtype), acc.vector_rate(numerics.vector_dtype))
 
 
 def _hardware_rates(acc: Accelerator, numerics: Numerics) -> list[float]:
@@ -310,7 +299,7 @@ def _totals_columns(problem: Problem, scope: str, fusions: list[str],
     dense_rows = (h * n_fmt) * n_b + b  # format 0 is dense
     batch = problem.batches[b]
     p = problem.pricing
-    shape_fallback = _shape_fallbacks(p, scope)[f]
+    shape_fallback = arrays.shape_fallback_ops[f]
     falls_back = ~problem.native_ok[h, f]
     # fallback_ops: per format, the ops in scope that need its own kernel.
     hw_fallback_ops = np.where(falls_back, arrays.fallback_ops[f], 0)

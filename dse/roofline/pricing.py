@@ -206,6 +206,7 @@ class KernelArrays:
     feature_bytes_fused: np.ndarray  # (3, F, P)
     vector_flops: np.ndarray  # (P,)
     fallback_ops: np.ndarray  # (F,) ops in scope that need the format's own kernel
+    shape_fallback_ops: np.ndarray  # (F,) ops in scope whose shape cannot take the format
 
 
 #: Alternative kernels, in the order of KernelArrays' first axis.
@@ -244,6 +245,7 @@ def kernel_arrays(pricing: Pricing, scope: str) -> KernelArrays:
         feature_bytes_fused=kernel_features(pricing, read_all(pricing, "fused"), ops),
         vector_flops=np.ascontiguousarray(p.vector_flops[ops]),
         fallback_ops=needs.sum(axis=1).astype(np.int64),
+        shape_fallback_ops=p.shape_fallback[:, ops].sum(axis=1),
     )
 
 
