@@ -20,7 +20,13 @@ torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm")
 
 import accelerator_models  # noqa: E402
-from benchmarks.gpu import collect, collect_gemm, collect_models  # noqa: E402
+from benchmarks.gpu import (  # noqa: E402
+    collect,
+    collect_conv,
+    collect_gemm,
+    collect_models,
+    collect_vector,
+)
 from benchmarks.gpu.collect_energy import ENERGY_SCHEMA  # noqa: E402
 from benchmarks.gpu.collect_store import CollectError, conform  # noqa: E402
 from dse.measure import rapl  # noqa: E402
@@ -53,8 +59,12 @@ def _log_sections(out: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory, host_toml):
     out = tmp_path_factory.mktemp("collect") / "run"
-    code = collect.main(_args(out, host_toml, "--budget", "5"))
+    code = collect.main(_args(out, host_toml, "--budget", "5", "--parts", EVERY_PART))
     return out, code
+
+
+#: ``--parts`` for every part (``all`` is the first collection's five).
+EVERY_PART = ",".join(collect.PARTS)
 
 
 def test_smoke_run_completes_every_part_and_writes_schema_tables(smoke):
@@ -75,7 +85,9 @@ def test_smoke_run_completes_every_part_and_writes_schema_tables(smoke):
     keys = ["implementation", "kind", "m", "k", "n", "groups"]
     assert (kernels.groupby(keys)["cache"].nunique() == 2).all()
     assert (timed["median_s"] > 0).all() and (timed["min_s"] <= timed["median_s"]).all()
-    assert set(kernels.loc[kernels["kind"] == "conv", "groups"]) == {16, 4}
+    assert set(kernels.loc[kernels["kind"] == "conv", "groups"]) == {16, 4, 1}
+    # part copy: the data movement a trace calls other, timed like any vector op
+    assert set(kernels.loc[kernels["kind"] == "other", "op"]) == set(collect_vector.COPY_NAMES)
     fingerprint = json.loads(frame["fingerprint"].iloc[0])
     assert fingerprint["collect"]["flush"] == "read" and fingerprint["torch"] == torch.__version__
     prov = json.loads((out / "kernels.json").read_text())
@@ -90,11 +102,11 @@ def test_cpu_2to4_is_recorded_as_refused_never_timed(smoke):
     out, _ = smoke
     frame = load_dataset(out / "kernels.parquet")
     nm = frame[frame["family"] == "nm"]
-    shapes = collect_gemm.shapes(smoke=True)
+    shapes = collect_gemm.shapes(smoke=True) + collect_gemm.more_shapes(smoke=True)
     assert len(nm) == 2 * len(shapes)  # cusparselt and cusparselt_linear, one row each
     assert (nm["error"] != "").all() and nm["median_s"].isna().all()
     sparse_models = frame[(frame["family"] == "model") & (frame["format"] == "2:4")]
-    assert len(sparse_models) == len(collect_models.SMOKE_MODELS)
+    assert len(sparse_models) == len(collect_models.SMOKE_MODELS + collect_models.MORE_SMOKE_MODELS)
     assert sparse_models["error"].str.startswith("2:4 variant not run").all()
     assert sparse_models["median_s"].isna().all()
     profiles = pd.read_parquet(out / "profiles.parquet")
@@ -114,12 +126,16 @@ def test_speed_of_light_matches_the_hand_computed_roofline(smoke, host_toml):
         nbytes = e * (r.m * r.k + r.k * r.n + r.m * r.n)
         want = max(2 * r.m * r.k * r.n / hw.tensor_flops_per_s["tf32"], nbytes / bw)
         assert r.bytes == nbytes and math.isclose(r.sol_s, want, rel_tol=1e-9)
+    convs = {(*s.gemm, s.groups): s for s in collect_conv.shapes(True)
+             + collect_conv.dense_shapes(True) + collect_conv.random_shapes(True)}
     for r in cold[cold["kind"] == "conv"].itertuples():
-        # the real tensors: input B x C x H x W, output B x C x Ho x Wo, weight C x C/g x 3 x 3
-        shape = next(s for s in collect.collect_conv.shapes(True) if s.groups == r.groups)
-        nbytes = e * (shape.batch * shape.channels * (shape.size ** 2 + shape.out_size ** 2)
-                      + shape.channels * shape.channels // shape.groups * 9)
-        assert r.bytes == nbytes and math.isclose(r.sol_s, nbytes / bw, rel_tol=1e-9)
+        # the real tensors: the input rows the windows read (B x C_in x H x W unless the stride
+        # outruns the kernel), output B x C x Ho x Wo, weight C x C_in/g x kh x kw
+        s = convs[(r.m, r.k, r.n, r.groups)]
+        nbytes = e * (s.batch * s.c_in * s.read_size ** 2 + s.batch * s.channels * s.out_size ** 2
+                      + s.channels * s.c_in // s.groups * s.kernel ** 2)
+        want = max(2 * r.groups * r.m * r.k * r.n / hw.tensor_flops_per_s["tf32"], nbytes / bw)
+        assert r.bytes == nbytes and math.isclose(r.sol_s, want, rel_tol=1e-9)
     add = cold[(cold["kind"] == "elementwise") & (cold["kernel"].str.startswith("torch.add"))]
     assert len(add) == 1
     n = int(add["n"].iloc[0])
@@ -134,7 +150,7 @@ def test_speed_of_light_matches_the_hand_computed_roofline(smoke, host_toml):
 def test_profiles_count_every_linear_of_the_model(smoke):
     out, _ = smoke
     profiles = pd.read_parquet(out / "profiles.parquet")
-    for name in collect_models.SMOKE_MODELS:
+    for name in collect_models.SMOKE_MODELS + collect_models.MORE_SMOKE_MODELS:
         model = timm.create_model(name, pretrained=False)
         linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
         rows = profiles[(profiles["model"] == name) & (profiles["name"] == "aten::linear")]
@@ -158,7 +174,7 @@ def test_rerun_does_no_work_for_complete_parts(smoke, host_toml):
     out, _ = smoke
     parts = sorted((out / "parts").glob("*"))
     before = {p: p.stat().st_mtime_ns for p in parts}
-    assert collect.main(_args(out, host_toml, "--budget", "5")) == 0
+    assert collect.main(_args(out, host_toml, "--budget", "5", "--parts", EVERY_PART)) == 0
     assert {p: p.stat().st_mtime_ns for p in parts} == before
     last = _log_sections(out)[-1]
     for part in collect.PARTS:
@@ -239,6 +255,30 @@ def test_plan_splits_the_budget_and_passes_unused_time_on():
     with pytest.raises(CollectError, match="--parts"):
         collect.parse_parts("gemm24,energy,bogus")
     assert collect.parse_parts("energy,gemm24") == ["gemm24", "energy"]
+    # all: the first collection's parts, so that rerunning its command adds nothing new
+    assert collect.parse_parts("all") == list(collect.ALL) == list(collect.PARTS)[:5]
+
+
+def test_conv_rows_charge_only_the_input_their_windows_read():
+    stem = collect_conv.ConvShape("stem", 64, 1, 7, 2, 224, 1, in_channels=3, pad=3)
+    shortcut = collect_conv.ConvShape("down", 512, 1, 1, 2, 56, 1, in_channels=256, pad=0)
+    patch = collect_conv.ConvShape("patch", 384, 1, 16, 16, 224, 1, in_channels=3, pad=0)
+    assert (stem.read_size, shortcut.read_size, patch.read_size) == (224, 28, 224)
+    assert stem.gemm == (64, 3 * 49, 112 * 112) and shortcut.gemm == (512, 256, 28 * 28)
+
+
+def test_random_convolutions_are_fixed_and_priceable():
+    from workloads.trace import MAX_PER_SAMPLE
+
+    first, again = collect_conv.random_geometries(), collect_conv.random_geometries()
+    assert first == again and len(first) == 48  # the same items on every run (resuming)
+    for s in collect_conv.random_shapes():
+        assert s.batch * max(s.c_in * s.size ** 2, s.channels * s.out_size ** 2) \
+            <= MAX_PER_SAMPLE
+        assert s.channels * (s.c_in // s.groups) * s.kernel ** 2 * s.out_size ** 2 \
+            <= 2 * collect_conv.RANDOM_MAX_MACS
+    more = {(s.m, s.k, s.n) for s in collect_gemm.more_shapes()}
+    assert more and not more & {(s.m, s.k, s.n) for s in collect_gemm.shapes()}
 
 
 def test_gemm_shapes_cover_llm_decode_and_are_distinct():

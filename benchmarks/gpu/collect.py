@@ -8,7 +8,18 @@ share of ``--budget`` (minutes, default 35: one H100's worth):
 * ``conv``    depthwise and grouped convolutions (collect_conv);
 * ``models``  DeiT-S, ViT-B, ConvNeXt-T, dense and 2:4, batch 1 / 8 / 128: latency rows and
   per-op torch.profiler tables (collect_models);
-* ``energy``  NVML (CPU: RAPL) joules per call of representative workloads (collect_energy).
+* ``energy``  NVML (CPU: RAPL) joules per call of representative workloads (collect_energy);
+* ``dense_conv``  convolutions reading the image (patch embeddings, stems), ConvNeXt's
+  downsampling and ResNet-50's dense layers (collect_conv);
+* ``narrow_norm``  layer norms over 96-1024 channels at ConvNeXt / Swin sizes (collect_vector);
+* ``gemm_more``  Swin-T's linears and ConvNeXt-T's MLP linears at batch 1-128, as ``gemm24``;
+* ``conv_random``  48 dense and depthwise convolutions drawn at random (collect_conv);
+* ``copy``  the data movement traces call ``other``: permute-contiguous, roll, pad, gather
+  (collect_vector);
+* ``models_more``  ResNet-50 and Swin-T as ``models`` (collect_models).
+
+``all`` runs the first five; the last six were added after the first collection, which a
+full run would otherwise repeat: name them with ``--parts``.
 
 Kernel rows are timed cold (cache flushed before each call) and warm, and follow dse's kernel
 dataset schema (``dse.measure.dataset.SCHEMA``); profiles and energy go to tables of their own
@@ -54,7 +65,21 @@ PARTS: dict[str, Part] = {p.name: p for p in (
          collect_models.items, collect_models.run, collect_models.finish),
     Part("energy", 15, "energy per call (NVML; RAPL on the CPU)",
          collect_energy.items, collect_energy.run, collect_energy.finish),
+    Part("dense_conv", 10, "image-reading, downsampling and ResNet-50 dense convolutions",
+         collect_conv.dense_items, collect_conv.run),
+    Part("narrow_norm", 4, "layer norms over 96-1024 channels, cold and warm",
+         collect_vector.narrow_items, collect_vector.run),
+    Part("gemm_more", 12, "Swin-T linears and ConvNeXt-T MLP linears at batch 1-128, dense "
+         "and 2:4", collect_gemm.more_items, collect_gemm.run, collect_gemm.finish),
+    Part("conv_random", 10, "dense and depthwise convolutions drawn at random (held-out shapes)",
+         collect_conv.random_items, collect_conv.run),
+    Part("copy", 4, "copies a trace calls other: permute-contiguous, roll, pad, gather",
+         collect_vector.copy_items, collect_vector.run),
+    Part("models_more", 25, "ResNet-50 and Swin-T dense and 2:4: latency and per-op profiles",
+         collect_models.more_items, collect_models.run, collect_models.finish),
 )}
+#: What ``--parts all`` runs: the first collection's parts.
+ALL = ("gemm24", "vector", "conv", "models", "energy")
 
 DEFAULT_BUDGET_MIN = 35.0
 #: Consecutive failed items after which a part stops (a broken device fails every item).
@@ -82,7 +107,7 @@ def parse_parts(text: str) -> list[str]:
     """The parts of ``--parts`` (``all`` or a comma list), in run order."""
     names = [p.strip() for p in text.split(",") if p.strip()]
     if names == ["all"]:
-        return list(PARTS)
+        return list(ALL)
     unknown = [n for n in names if n not in PARTS]
     if unknown or not names:
         what = f"unknown part {unknown[0]!r}" if unknown else "no part named"
@@ -124,7 +149,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="time for the whole run in minutes, or a duration (90s, 1h); split "
                         f"over the parts by weight (default {DEFAULT_BUDGET_MIN:g})")
     p.add_argument("--parts", default="all", metavar="LIST",
-                   help=f"comma-separated parts to run: {', '.join(PARTS)} (default all)")
+                   help=f"comma-separated parts to run: {', '.join(PARTS)}; all: "
+                        f"{', '.join(ALL)} (default all)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/gpu/results/collect"),
                    metavar="DIR", help="folder of the collection: a new one, or one to "
                                        "continue (default benchmarks/gpu/results/collect)")
@@ -169,11 +195,11 @@ def _environment(args, parts: list[str]):
     if args.device == "cuda" and not torch.cuda.is_available():
         raise CollectError("--device cuda: no CUDA device is visible here "
                            "(torch.cuda.is_available() is False); use --device cpu")
-    if {"models", "energy"} & set(parts):
+    if {"models", "models_more", "energy"} & set(parts):
         try:
             import timm  # noqa: F401
         except ImportError:
-            raise CollectError("parts models and energy need timm: pip install "
+            raise CollectError("parts models, models_more and energy need timm: pip install "
                                "'sparsity-dse[export]', or leave them out with --parts") from None
     import accelerator_models
 
@@ -241,6 +267,9 @@ def _run_part(part: Part, bench: Bench, store: Store, budget: Budget, log: _Log)
     progress = store.progress(part.name)
     items = part.items(bench.smoke)
     done = set(progress.done)
+    keys = {item.key for item in items}
+    for key in [k for k in progress.failed if k not in keys]:  # an item no longer asked for
+        progress.failed.pop(key)
     todo = [item for item in items if item.key not in done]
     status = StatusLine(part.name, "items", every_s=30.0)
     costs: list[float] = []
@@ -304,13 +333,13 @@ def _summary(name: str, progress: Progress, items: int) -> str:
 def _plan_text(store: Store, parts: list[str], budget_s: float, smoke: bool) -> str:
     shares = plan(parts, budget_s)
     lines = [f"plan: {budget_s / 60:.1f} min split by weight (time a part leaves passes to the "
-             "parts after it):", f"  {'part':<8}{'share':>7}{'minutes':>9}{'items':>7}"
+             "parts after it):", f"  {'part':<12}{'share':>7}{'minutes':>9}{'items':>7}"
              f"{'done':>6}  status"]
     for p in parts:
         progress = store.progress(p)
         count = len(PARTS[p].items(smoke))
         status = "complete: skipped" if progress.status == "complete" else "to run"
-        lines.append(f"  {p:<8}{shares[p] / budget_s:>7.0%}{shares[p] / 60:>9.1f}{count:>7}"
+        lines.append(f"  {p:<12}{shares[p] / budget_s:>7.0%}{shares[p] / 60:>9.1f}{count:>7}"
                      f"{len(progress.done):>6}  {status}  ({PARTS[p].what})")
     return "\n".join(lines)
 

@@ -32,7 +32,7 @@ import numpy as np
 from .collect_items import Item
 from .collect_rows import Bench, error_row, price_rows, timed_rows
 
-__all__ = ["GemmShape", "items", "run", "shapes", "weights"]
+__all__ = ["GemmShape", "items", "more_items", "more_shapes", "run", "shapes", "weights"]
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,36 @@ def shapes(smoke: bool = False) -> list[GemmShape]:
 
 def items(smoke: bool = False) -> list[Item]:
     return [Item(f"{s.m}x{s.k}x{s.n}", s) for s in shapes(smoke)]
+
+
+#: Part ``gemm_more``: Swin-T's linears (stages of C = 96-768 channels over 3136-49 tokens per
+#: image) and ConvNeXt-T's MLP linears at the batches ``gemm24`` left out, at batch 1-128.
+SWIN_STAGES = CONVNEXT_STAGES
+MORE_BATCHES = (1, 8, 32, 128)
+SMOKE_MORE = (GemmShape(72, 24, 64, "smoke", "swin qkv"),)
+
+
+def more_shapes(smoke: bool = False) -> list[GemmShape]:
+    """Part ``gemm_more``'s shapes, each (M, K, N) once, none that ``gemm24`` measures."""
+    if smoke:
+        return list(SMOKE_MORE)
+    out = []
+    for b in MORE_BATCHES:
+        for c, tokens in SWIN_STAGES:
+            out += [GemmShape(m, k, tokens * b, "swin", f"swin_tiny c{c} {name}", b)
+                    for name, m, k in (("qkv", 3 * c, c), ("proj", c, c),
+                                       ("fc1", 4 * c, c), ("fc2", c, 4 * c))]
+    first = {(s.m, s.k, s.n) for s in shapes()}
+    seen, unique = set(first), []
+    for s in out:
+        if (s.m, s.k, s.n) not in seen:
+            seen.add((s.m, s.k, s.n))
+            unique.append(s)
+    return unique
+
+
+def more_items(smoke: bool = False) -> list[Item]:
+    return [Item(f"{s.m}x{s.k}x{s.n}", s) for s in more_shapes(smoke)]
 
 
 #: Implementation names per device: (dense mm, dense linear, 2:4 mm, 2:4 linear).

@@ -37,6 +37,13 @@ from .collect_rows import Bench, error_text
 __all__ = ["PROFILE_SCHEMA", "ModelRun", "built", "items", "model_input", "profile_rows", "run"]
 
 MODELS = ("deit_small_patch16_224", "vit_base_patch16_224", "convnext_tiny")
+#: Part ``models_more``: the validated models the ``models`` part has no profiles of (ResNet-50:
+#: 23% too fast at batch 128; Swin-T: 68% too slow at batch 1).
+MORE_MODELS = ("resnet50", "swin_tiny_patch4_window7_224")
+MORE_SMOKE_MODELS = ("test_resnet",)
+#: Models run channels-last, as the whole-model measurements dse is validated against ran them
+#: (``results/models_measurements.csv``): the convolutional networks.
+CHANNELS_LAST = ("convnext", "resnet", "test_convnext", "test_resnet")
 BATCHES = (1, 8, 128)
 VARIANTS = ("dense", "2:4")
 SMOKE_MODELS, SMOKE_BATCHES = ("test_vit", "test_convnext"), (1,)
@@ -84,10 +91,15 @@ class ModelRun:
     batch: int
 
 
-def items(smoke: bool = False) -> list[Item]:
-    models, batches = (SMOKE_MODELS, SMOKE_BATCHES) if smoke else (MODELS, BATCHES)
+def items(smoke: bool = False, models: tuple[str, ...] = MODELS,
+          smoke_models: tuple[str, ...] = SMOKE_MODELS) -> list[Item]:
+    models, batches = (smoke_models, SMOKE_BATCHES) if smoke else (models, BATCHES)
     return [Item(f"{m}-{'dense' if v == 'dense' else 'sparse24'}-b{b}", ModelRun(m, v, b))
             for m in models for v in VARIANTS for b in batches]
+
+
+def more_items(smoke: bool = False) -> list[Item]:
+    return items(smoke, MORE_MODELS, MORE_SMOKE_MODELS)
 
 
 @dataclass
@@ -110,7 +122,7 @@ def _dense(bench: Bench, name: str) -> Built:
 
     torch = bench.torch
     module = timm.create_model(name, pretrained=False).eval()
-    channels_last = "convnext" in name
+    channels_last = name.startswith(CHANNELS_LAST)
     module = module.to(bench.device, bench.torch_dtype)
     if channels_last:
         module = module.to(memory_format=torch.channels_last)

@@ -1,7 +1,8 @@
-"""Part ``vector``: the non-GEMM ops of a model (layer norm, GELU / SiLU / ReLU, softmax, add,
-a per-channel multiply, a mean over positions), built by the same builder ``dse measure`` uses
-for a trace's vector ops (:func:`dse.measure.kernels_cpu.build_vector`: torch ops in fp16 on a
-GPU, fp32 on the CPU), over sizes from one decode token to a batch-128 ViT activation.
+"""Parts ``vector``, ``narrow_norm`` and ``copy``: the non-GEMM ops of a model (layer norm,
+GELU / SiLU / ReLU, softmax, add, a per-channel multiply, a mean over positions), built by the
+same builder ``dse measure`` uses for a trace's vector ops
+(:func:`dse.measure.kernels_cpu.build_vector`: torch ops in fp16 on a GPU, fp32 on the CPU),
+over sizes from one decode token to a batch-128 ViT activation.
 
 Each row's ``n`` is the op's output elements (dse's convention for vector ops) and ``flops``
 its vector FLOPs as the trace exporter counts them (``workloads.export``: layer norm 5 per
@@ -9,6 +10,18 @@ output element, GELU 8, SiLU 4, ReLU 1, softmax 5, add and multiply 1, a mean 1 
 element), its ``bytes`` what dse charges a one-op trace of the same element counts (every
 input, weight and output element once); the bound is computed from those two under the row's
 cache condition (:func:`benchmarks.gpu.collect_rows.price_rows`).
+
+Part ``narrow_norm`` (:data:`NARROW_NORMS`): layer norms over the 96-1024 channels of
+ConvNeXt-T / -B and Swin-T stages, at their positions per image times batch 1, 8, 32 and 128.
+In whole-model profiles ConvNeXt-T's norms over 96-192 channels ran 3x slower than the
+``vector`` part's widths (384 and up) predicted: a norm's width, not only its size, sets its
+time.
+
+Part ``copy`` (:func:`copies`): the data movement a trace records as kind ``other`` (Swin's
+window partitions and shifts, a transposed view made contiguous, padding, gathers), which no
+other part measured, so the expectation priced it by extrapolation (4x too slow for Swin-T's
+copies at batch 1): a permute made contiguous (``clone``), ``torch.roll`` over two axes, a
+constant pad of two axes and a row gather (``index``), 4 Ki-64 Mi elements, fp16 on a GPU.
 """
 
 from __future__ import annotations
@@ -18,7 +31,8 @@ from dataclasses import dataclass
 from .collect_items import Item
 from .collect_rows import Bench, error_row, price_rows, timed_rows, vector_traffic
 
-__all__ = ["VectorOp", "items", "ops", "run"]
+__all__ = ["VectorOp", "copies", "copy_items", "items", "narrow_items", "narrow_norms", "ops",
+           "run"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,11 @@ def _flops_per_element() -> dict[str, float]:
 #: Layer-norm widths and rows (tokens): LLM decode rows to ViT-B batch 64.
 NORM_WIDTHS = (384, 768, 1024, 4096, 5120, 8192)
 NORM_ROWS = (1, 64, 197, 1576, 12608)
+#: Narrow layer norms: (width, positions per image) of ConvNeXt-T / Swin-T (96-768) and
+#: ConvNeXt-B (128-1024) stages at 224 px, at :data:`NARROW_BATCHES`.
+NARROW_NORMS = ((96, 3136), (192, 784), (384, 196), (768, 49),
+                (128, 3136), (256, 784), (512, 196), (1024, 49))
+NARROW_BATCHES = (1, 8, 32, 128)
 #: Element counts of the elementwise ops: 4 Ki to 64 Mi.
 SIZES = (2**12, 2**15, 2**18, 2**20, 2**22, 2**24, 2**26)
 #: Means over positions (global average pooling): (outputs, elements per output).
@@ -69,8 +88,55 @@ def ops(smoke: bool = False) -> list[VectorOp]:
     return out
 
 
+def narrow_norms(smoke: bool = False) -> list[VectorOp]:
+    per = _flops_per_element()["norm"]
+    shapes = ((24, 16), (48, 4)) if smoke else tuple(
+        (c, b * p) for b in NARROW_BATCHES for c, p in NARROW_NORMS)
+    return [VectorOp("norm", "layer_norm", r * c, r * c, 2 * c, per * r * c) for c, r in shapes]
+
+
 def items(smoke: bool = False) -> list[Item]:
     return [Item(op.key, op) for op in ops(smoke)]
+
+
+#: The copies of part ``copy``: each views its input as (rows, 16, 16, 16).
+COPY_NAMES = ("clone", "roll", "constant_pad_nd", "index")
+
+
+def copies(smoke: bool = False) -> list[VectorOp]:
+    """Part ``copy``'s ops: no FLOPs; a pad writes (18 x 18) / (16 x 16) of what it reads."""
+    out = []
+    for n in ((2**14,) if smoke else SIZES):
+        for name in COPY_NAMES:
+            written = n * 18 * 18 // 256 if name == "constant_pad_nd" else n
+            out.append(VectorOp("other", name, n, written, 0, 0.0))
+    return out
+
+
+def copy_items(smoke: bool = False) -> list[Item]:
+    return [Item(op.key, op) for op in copies(smoke)]
+
+
+def _copy_kernel(bench: Bench, op: VectorOp):
+    """(fn, library call) of one part-``copy`` op on a (rows, 16, 16, 16) tensor."""
+    import torch.nn.functional as F
+
+    torch = bench.torch
+    x = torch.randn(op.input_elems // 4096, 16, 16, 16, generator=bench.generator(11),
+                    device=bench.device, dtype=bench.torch_dtype)
+    if op.name == "clone":
+        return (lambda: x.permute(0, 2, 1, 3).contiguous()), "permute(0, 2, 1, 3).contiguous()"
+    if op.name == "roll":
+        return (lambda: torch.roll(x, (3, 3), (1, 2))), "torch.roll(shifts=(3, 3), dims=(1, 2))"
+    if op.name == "constant_pad_nd":
+        return (lambda: F.pad(x, (0, 0, 0, 2, 0, 2))), "F.pad(0, 0, 0, 2, 0, 2)"
+    rows = x.view(-1, 16)
+    index = torch.randperm(rows.shape[0], generator=bench.generator(12), device=bench.device)
+    return (lambda: rows[index]), "rows[index] (a gather of 16-element rows)"
+
+
+def narrow_items(smoke: bool = False) -> list[Item]:
+    return [Item(op.key, op) for op in narrow_norms(smoke)]
 
 
 def run(item: Item, bench: Bench) -> dict[str, list[dict]]:
@@ -78,7 +144,8 @@ def run(item: Item, bench: Bench) -> dict[str, list[dict]]:
     from workloads import norm_width
 
     op: VectorOp = item.config
-    fields = {"source": "benchmark", "why": f"collect vector: {op.name}", "op": op.name,
+    part = "copy" if op.kind == "other" else "vector"
+    fields = {"source": "benchmark", "why": f"collect {part}: {op.name}", "op": op.name,
               "kind": op.kind, "family": "vector", "format": "dense", "sparsity": 0.0,
               "n": op.output_elems, "groups": 1, "batch": 1,
               "k": norm_width(op.name, op.weight_elems) if op.kind == "norm" else 0,
@@ -86,17 +153,22 @@ def run(item: Item, bench: Bench) -> dict[str, list[dict]]:
               else "torch_vector"}
     case = VectorCase(op.kind, op.name, op.input_elems, op.output_elems, op.weight_elems)
     try:
-        kernel = build_vector(case, device=bench.device, dtype=bench.dtype)
-        if kernel is None:
-            raise ValueError(f"no {op.kind} kernel for these element counts")
-        kernel.fn()
+        if op.kind == "other":
+            fn, call = _copy_kernel(bench, op)
+            note = f"{op.name}: {op.input_elems} elements in, {op.output_elems} out"
+        else:
+            kernel = build_vector(case, device=bench.device, dtype=bench.dtype)
+            if kernel is None:
+                raise ValueError(f"no {op.kind} kernel for these element counts")
+            fn, call, note = kernel.fn, kernel.kernel, kernel.note
+        fn()
         bench.clock.sync()
     except Exception as exc:  # out of memory on a small device: data, not a crash
         return {"kernels": [error_row(bench, fields, exc)]}
     traffic = (vector_traffic(bench, op.kind, op.input_elems, op.output_elems, op.weight_elems)
                if bench.hw is not None else float("nan"))
-    seen = bench.clock.identify({"op": kernel.fn})["op"]
-    rows = timed_rows(bench, kernel.fn, dict(fields, flops=op.flops, bytes=traffic),
-                      kernel.kernel, seen, note=kernel.note)
+    seen = bench.clock.identify({"op": fn})["op"]
+    rows = timed_rows(bench, fn, dict(fields, flops=op.flops, bytes=traffic), call, seen,
+                      note=note)
     price_rows(bench, rows)
     return {"kernels": rows}
