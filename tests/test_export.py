@@ -225,3 +225,32 @@ def test_checkpoint_of_another_model(tmp_path, capsys):
 def test_export_error_is_a_trace_error():
     with pytest.raises(ExportError):
         export_trace("no_such_model_anywhere")
+
+
+@pytest.mark.parametrize(("size", "kernel", "stride", "padding", "dilation"), [
+    (56, 1, 2, 0, 1), (56, 3, 2, 1, 1), (224, 16, 16, 0, 1), (225, 16, 16, 0, 1),
+    (224, 7, 2, 3, 1), (14, 1, 3, 0, 1), (15, 2, 5, 1, 1), (28, 3, 4, 2, 2), (9, 3, 1, 2, 3)])
+def test_conv_input_read_is_what_torch_touches(size, kernel, stride, padding, dilation):
+    """The positions a convolution reads are those its input's gradient is non-zero at (all
+    weights positive), per axis; the exporter charges exactly that share of the input."""
+    from workloads.conv import read_positions
+
+    x = torch.ones(1, 2, size, size, requires_grad=True)
+    conv = torch.nn.Conv2d(2, 3, kernel, stride, padding, dilation, bias=False)
+    torch.nn.init.constant_(conv.weight, 1.0)
+    out = conv(x)
+    out.sum().backward()
+    touched = (x.grad[0, 0] != 0)
+    rows = int(touched.any(dim=1).sum())
+    assert read_positions(size, out.shape[2], kernel, stride, padding, dilation) == rows
+    assert rows * rows == int(touched.sum())
+
+
+def test_a_strided_shortcut_is_charged_the_quarter_it_reads():
+    trace = load_trace("resnet50")
+    ops = trace.ops.set_index("name")
+    for name, stage_input in (("layer2.0.downsample.0", 256 * 56 * 56),
+                              ("layer3.0.downsample.0", 512 * 28 * 28),
+                              ("layer4.0.downsample.0", 1024 * 14 * 14)):
+        assert ops.loc[name, "input_elems"] == stage_input // 4
+    assert ops.loc["layer1.0.downsample.0", "input_elems"] == 64 * 56 * 56  # stride 1: all

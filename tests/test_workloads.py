@@ -100,7 +100,8 @@ BROKEN = [
     ("duplicate name", dict(index=2, name="stem.conv"), "used twice"),
     ("bad prunable type", dict(index=4, prunable="yes"), "true or false"),
     ("negative vector flops", dict(index=1, vector_flops=-1.0), "vector_flops"),
-    ("input read too small", dict(index=0, input_elems=10), "model input"),
+    # (a convolution may read part of it: a stride longer than its kernel skips rows)
+    ("input read too small", dict(index=0, kind="linear", input_elems=10), "model input"),
 ]
 
 
@@ -146,3 +147,15 @@ def test_from_records_derives_model_outputs():
         op("c", "activation", inp=4, out=4, vflops=4, producers=["a"]),
     ])
     assert list(trace.ops["is_output"]) == [False, True, True]
+
+
+def test_a_strided_convolution_may_read_part_of_the_model_input():
+    """A convolution whose stride outruns its kernel reads part of the image; the fused models
+    charge the model input that op reads, not the whole image. Any other op reading the model
+    input must read all of it."""
+    strided = op("stem", "conv", 8, 3, 16, 1, 24, 12, 128, 0, True, ["input"])
+    trace = Trace.from_records("strided", [3, 8, 8], [strided])
+    assert int(trace.ops["model_input_elems"].iloc[0]) == 12  # of 192
+    with pytest.raises(TraceError, match="reads the model input"):
+        Trace.from_records("short", [3, 8, 8], [
+            op("a", "activation", inp=12, out=12, vflops=12, producers=["input"])])

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .conv import read_positions
 from .trace import MODEL_INPUT, SCHEMA, Trace, TraceError
 
 __all__ = ["ExportError", "export_trace", "timm_model_names"]
@@ -130,6 +131,23 @@ def _op_name(func) -> str:
     return func.overloadpacket.__name__
 
 
+def _conv_input_read(args: tuple, out) -> int:
+    """Elements of a convolution's input that its windows read (:func:`read_positions` per
+    spatial axis)."""
+    x, w = args[0], args[1]
+    stride, padding, dilation = (list(args[i]) for i in (3, 4, 5))
+    if bool(args[6]):  # transposed: every input element is scattered somewhere
+        return x.numel()
+    spatial = x.dim() - 2
+    share = 1.0
+    for d in range(spatial):
+        size = x.shape[2 + d]
+        read = read_positions(size, out.shape[2 + d], w.shape[2 + d], stride[d % len(stride)],
+                              padding[d % len(padding)], dilation[d % len(dilation)])
+        share *= read / size if size else 1.0
+    return round(x.numel() * share)
+
+
 def _gemm(name: str, args: tuple, recorder: _Recorder, out) -> dict[str, Any] | None:
     """GEMM fields of conv, mm, addmm and bmm; None for other ops. Totals over the batch."""
     if name == "convolution":
@@ -225,7 +243,8 @@ def _record(recorder: _Recorder, func, args, kwargs, out) -> None:
     record = {
         "name": op, "kind": kind, "m": 0, "k": 0, "n": 0, "groups": 1,
         "weight_elems": weight_elems,
-        "input_elems": sum(t.numel() for t in dependent),
+        "input_elems": sum(_conv_input_read(args, outputs[0]) if name == "convolution"
+                           and t is args[0] else t.numel() for t in dependent),
         "output_elems": sum(t.numel() for t in counted_out),
         "vector_flops": float(vector_flops),
         "prunable": False,

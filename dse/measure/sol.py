@@ -8,7 +8,6 @@ was recorded, else the format's expected share under a random mask."""
 
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
@@ -16,6 +15,7 @@ import pandas as pd
 
 import formats
 import workloads
+from workloads.conv import out_positions, read_positions
 
 from ..roofline import Numerics, evaluate_layers, memory_time
 
@@ -116,6 +116,7 @@ def bound_columns(frame: pd.DataFrame, hw, value_dtype: str = "tf32",
 
 
 _CONV_INPUT = re.compile(r"\binput (\d+)x(\d+)x(\d+)x(\d+)\b")
+_CONV_WINDOW = re.compile(r"\bkernel (\d+)x\1 stride (\d+) padding (\d+)")
 
 
 def row_features(frame: pd.DataFrame) -> np.ndarray:
@@ -132,8 +133,18 @@ def row_features(frame: pd.DataFrame) -> np.ndarray:
         geometry = _CONV_INPUT.search(note) if row.kind == "conv" else None
         if geometry and row.source != "trace":
             # A benchmarked convolution (benchmarks/gpu/collect) names its input tensor in its
-            # note: its bound reads that tensor, not the im2col matrix groups x K x N.
-            features[i, 0] = math.prod(int(g) for g in geometry.groups())
+            # note: its bound reads that tensor, not the im2col matrix groups x K x N, and of
+            # it only the rows and columns some window covers (a stride longer than the
+            # kernel skips the rest).
+            batch, channels, height, width = (int(g) for g in geometry.groups())
+            window = _CONV_WINDOW.search(note)
+            if window:
+                kernel, stride, padding = (int(g) for g in window.groups())
+                height, width = (read_positions(size, out_positions(size, kernel, stride,
+                                                                   padding),
+                                                kernel, stride, padding)
+                                 for size in (height, width))
+            features[i, 0] = batch * channels * height * width
             continue
         if row.source != "trace" or not row.model or row.family in ("vector", "model"):
             continue
