@@ -76,9 +76,9 @@ MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 EQUIVALENT: dict[tuple[str, int, str], str] = {
     ("dse/measure/sol.py", 28, "False -> True"):
         "itertuples(index=True) adds an Index field; the fields are read by name",
-    ("dse/measure/sol.py", 130, "False -> True"):
+    ("dse/measure/sol.py", 131, "False -> True"):
         "itertuples(index=True) adds an Index field; the fields are read by name",
-    ("dse/measure/sol.py", 130, "True -> False"):
+    ("dse/measure/sol.py", 131, "True -> False"):
         "zip(strict=False): the notes are built from the same frame, always as long",
     ("dse/measure/sol.py", 61, "> -> >="):
         "kind conv or linear: both are weight GEMMs (WEIGHT_GEMM_KINDS), priced alike",
@@ -104,50 +104,50 @@ EQUIVALENT: dict[tuple[str, int, str], str] = {
         "zip(strict=False): the names and their masks come from the same list",
     # dse/calibrate/features.py: tile is a whole number >= 1 (check_predictor_document), shapes
     # are whole numbers, and a dataset's columns are strings and numbers (dataset.SCHEMA).
-    ("dse/calibrate/features.py", 72, "1.0 -> 2.0"):
+    ("dse/calibrate/features.py", 101, "1.0 -> 2.0"):
         "a non-GEMM row's rows is read only where np.where(gemm, ...) takes the other side",
-    ("dse/calibrate/features.py", 74, "> -> >="): "at tile 1, tile and 1 are the same divisor",
-    ("dse/calibrate/features.py", 75, "1.0 -> 2.0"):
+    ("dse/calibrate/features.py", 103, "> -> >="): "at tile 1, tile and 1 are the same divisor",
+    ("dse/calibrate/features.py", 104, "1.0 -> 2.0"):
         "a vector op of 0 or 1 output elements is ceil(n / 4096) = 1 block either way",
-    ("dse/calibrate/features.py", 78, "1.0 -> 2.0"):
+    ("dse/calibrate/features.py", 107, "1.0 -> 2.0"):
         "a non-GEMM row's pad_eff of 2.0 is clipped to 1.0 on line 89",
-    ("dse/calibrate/features.py", 89, "1.0 -> 2.0"):
+    ("dse/calibrate/features.py", 118, "1.0 -> 2.0"):
         "pad_eff <= 1 already: whole tiles of tile >= 1 cover the rows x n outputs",
-    ("dse/calibrate/features.py", 189, "True -> False"):
+    ("dse/calibrate/features.py", 277, "True -> False"):
         "zip(strict=False): four columns of one frame, always as long",
-    ("dse/calibrate/features.py", 193, "True -> False"):
+    ("dse/calibrate/features.py", 281, "True -> False"):
         "observed= acts only on categorical groupers; no dataset column is categorical",
-    ("dse/calibrate/features.py", 196, "True -> False"):
+    ("dse/calibrate/features.py", 284, "True -> False"):
         "observed= acts only on categorical groupers; no dataset column is categorical",
-    ("dse/calibrate/features.py", 199, "True -> False"):
+    ("dse/calibrate/features.py", 287, "True -> False"):
         "observed= acts only on categorical groupers; no dataset column is categorical",
-    ("dse/calibrate/features.py", 196, "False -> True"):
+    ("dse/calibrate/features.py", 284, "False -> True"):
         "as_index=True: the next groupby finds the same names as index levels",
-    ("dse/calibrate/features.py", 203, "0 -> 1"):
+    ("dse/calibrate/features.py", 291, "0 -> 1"):
         "every row's impl is written again by the loop below (every row has a key)",
     ("dse/calibrate/expected.py", 47, "True -> False"):
         "zip(strict=False): three columns of one frame, always as long",
-    ("dse/calibrate/expected.py", 51, "> -> >="):
+    ("dse/calibrate/expected.py", 59, "> -> >="):
         "a trace's GEMM-kind op has m >= 1 (workloads.trace refuses m 0), the others are not GEMMs",
-    ("dse/calibrate/expected.py", 85, "False -> True"):
+    ("dse/calibrate/expected.py", 93, "False -> True"):
         "ngroup(sort=True) numbers the kernels otherwise, and keys[] is indexed by the same codes",
-    ("dse/calibrate/expected.py", 85, "True -> False"):
+    ("dse/calibrate/expected.py", 93, "True -> False"):
         "observed= acts only on categorical groupers; these columns are built from arrays",
     # max(b, 1) -> max(b, 2) (the other 1 -> 2 there, max(s, 1), is killed): b >= 1 and every
     # size s that is not b is >= 2 when b is 1, so the nearest is the smallest size either way.
-    ("dse/calibrate/expected.py", 105, "1 -> 2"):
+    ("dse/calibrate/expected.py", 113, "1 -> 2"):
         "max(b, 2): for block1 every measured size is >= 2; the nearest is the smallest still",
-    ("dse/calibrate/expected.py", 165, "1 -> 2"):
+    ("dse/calibrate/expected.py", 173, "1 -> 2"):
         "reshape(-2): numpy takes any negative size as the one unknown dimension",
-    ("dse/calibrate/expected.py", 169, "> -> >="):
+    ("dse/calibrate/expected.py", 177, "> -> >="):
         "expected_s is 0 only for an op without work, whose time_s 0 / 0 is NaN as well",
-    ("dse/calibrate/expected.py", 179, "1e-30 -> 2e-30"):
+    ("dse/calibrate/expected.py", 187, "1e-30 -> 2e-30"):
         "the floor acts only when no op has expected time, when there are no shares to divide",
-    ("dse/calibrate/expected.py", 187, "0.0 -> 1.0"):
+    ("dse/calibrate/expected.py", 195, "0.0 -> 1.0"):
         "an RMSPE filled in for a bound row has weight 0 in np.average",
-    ("dse/calibrate/expected.py", 199, "False -> True"):
+    ("dse/calibrate/expected.py", 207, "False -> True"):
         "groupby(sort=True) reorders the summaries; the merge on keys puts them back",
-    ("dse/calibrate/expected.py", 203, "True -> False"):
+    ("dse/calibrate/expected.py", 211, "True -> False"):
         "zip(strict=False): three columns of one frame, always as long",
 }
 

@@ -82,7 +82,11 @@ def test_torch_math_attention_adds_what_the_math_path_runs():
     trace = _attention_trace()
     math = torch_math_attention(trace)
     ops = math.ops.set_index("name")
-    added = [n for n in ops.index if n not in set(trace.ops["name"])]
+    # the products and the softmax run in fp32 on a GPU: renamed so (fp32_kind prices them)
+    renamed = {"attn.bmm": "attn.sdpa_math.scores_fp32", "attn.bmm_1":
+               "attn.sdpa_math.context_fp32", "attn._softmax": "attn.sdpa_math.softmax_fp32"}
+    assert set(renamed) <= set(trace.ops["name"]) and not set(renamed) & set(ops.index)
+    added = [n for n in ops.index if n not in set(trace.ops["name"]) | set(renamed.values())]
     assert added == ["attn.sdpa_math.to_copy_0", "attn.sdpa_math.to_copy_1",
                      "attn.sdpa_math.to_copy_2", "attn.sdpa_math.to_copy_3",
                      "attn.sdpa_math.mul_k", "attn.sdpa_math.isneginf", "attn.sdpa_math.all",
@@ -95,9 +99,11 @@ def test_torch_math_attention_adds_what_the_math_path_runs():
     assert ops.loc["attn.sdpa_math.where", "output_elems"] == scores
     assert ops.loc["attn.sdpa_math.to_copy_p", "output_elems"] == scores
     # the context product now reads the cast probabilities
-    assert ops.loc["attn.bmm_1", "producers"] == ["attn.sdpa_math.to_copy_p", "attn.clone_2"]
+    assert ops.loc["attn.sdpa_math.context_fp32", "producers"] == [
+        "attn.sdpa_math.to_copy_p", "attn.clone_2"]
+    assert ops.loc["attn.sdpa_math.where", "producers"][0] == "attn.sdpa_math.softmax_fp32"
     for name in ("qkv", "attn.bmm", "attn.bmm_1", "proj"):  # the rest untouched
-        assert ops.loc[name, "m"] == trace.ops.set_index("name").loc[name, "m"]
+        assert ops.loc[renamed.get(name, name), "m"] == trace.ops.set_index("name").loc[name, "m"]
 
 
 def test_traces_without_attention_are_returned_as_they_are():

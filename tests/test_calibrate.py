@@ -528,3 +528,77 @@ def test_sdpa_models_read_the_measured_attention_path():
         "input 3x224x224; attention fused (F.scaled_dot_product_attention) in 12 of 12 "
         "attention modules", "input 3x224x224"]})
     assert sdpa_models(rows) == {"deit"}
+
+
+# --- kinds the predictors tell apart ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kind", "name", "want"), [
+    ("other", "layers.0.blocks.1.roll_2", "other:roll"), ("other", "roll", "other:roll"),
+    ("other", "layers.1.downsample.constant_pad_nd", "other:pad"),
+    ("other", "index", "other:gather"), ("other", "blocks.3.attn.index_select", "other:gather"),
+    ("other", "layers.0.blocks.0.clone", "other"), ("other", "cat_3", "other"),
+    ("norm", "layers.0.norm.roll", "norm")])
+def test_data_movement_is_told_apart_by_its_name(kind, name, want):
+    from dse.calibrate.features import copy_kind, kind_code
+
+    assert copy_kind(kind, name) == want
+    codes = {kind_code(k) for k in ("other", "other:roll", "other:pad", "other:gather")}
+    assert len(codes) == 4 and family_key("vector", want, 1, 0) == "vector"
+
+
+def test_benchmarked_rows_carry_the_kinds_the_trace_ops_get():
+    """A benchmarked convolution of 3 input channels is ``conv:image`` (its note says so), a
+    trace's patch embedding is too (it reads the 3-channel model input), and both are priced by
+    the dense convolution predictor; two benchmarked convolutions of one GEMM view but
+    different strides stay two kernels (their geometry, "N out" or not, is in the note)."""
+    from dse.calibrate.expected import op_configs
+    from dse.calibrate.features import kernel_variant, with_feature_kinds
+
+    rows = pd.DataFrame({
+        "source": "benchmark", "family": "dense", "kind": "conv", "op": ["patch", "down", "c"],
+        "note": ["input 8x3x224x224, 384 out, kernel 16x16 stride 16 padding 0 groups 1",
+                 "input 8x192x28x28, 384 out, kernel 2x2 stride 2 padding 0 groups 1",
+                 "input 8x192x28x28, kernel 2x2 stride 1 padding 0 groups 1"]})
+    assert list(with_feature_kinds(rows)["kind"]) == ["conv:image", "conv", "conv"]
+    assert kernel_variant(rows).nunique() == 3
+    assert family_key("dense", "conv:image", 1, 0) == "conv"
+    trace = workloads.load_trace("vit_base_patch16_224")
+    layers = evaluate_layers(trace, "h100-sxm", "dense", batches=1, fusion="unfused",
+                             scope="all")
+    config = op_configs(layers, trace).assign(op=layers["op"].to_numpy())
+    kinds = config.set_index("op")["kind"]
+    assert kinds["patch_embed.proj"] == "conv:image"
+    assert (kinds.drop("patch_embed.proj") != "conv:image").all()
+
+
+def test_the_math_attention_products_and_softmax_are_priced_as_fp32():
+    """Under 2:4 on a GPU torch's math attention path runs both products and the softmax in
+    fp32: the torch backend names them so, the predictors see them as kinds of their own, and
+    fp32 rows measured on a GPU get the same kinds; on the CPU (fp32 throughout) nothing
+    changes."""
+    from dse.calibrate.expected import op_configs
+    from dse.calibrate.features import feature_kind, kind_code, with_feature_kinds
+    from workloads.backend import torch_math_attention
+
+    vit = workloads.load_trace("vit_base_patch16_224")
+    gpu = torch_math_attention(vit)
+    names = set(gpu.ops["name"])
+    assert {f"blocks.0.attn.sdpa_math.{o}_fp32" for o in ("scores", "softmax", "context")} \
+        <= names
+    cpu = torch_math_attention(vit, cast_probabilities=False)
+    assert not any(n.endswith("_fp32") for n in cpu.ops["name"])
+    layers = evaluate_layers(gpu, "h100-sxm", "2:4", batches=8, fusion="unfused", scope="all")
+    layers = layers[layers["format"] == "2:4"].reset_index(drop=True)
+    kinds = op_configs(layers, gpu).assign(op=layers["op"].to_numpy()).set_index("op")["kind"]
+    assert (kinds[kinds.index.str.endswith("scores_fp32")] == "matmul:fp32").all()
+    assert (kinds[kinds.index.str.endswith("softmax_fp32")] == "softmax:fp32").all()
+    assert int((kinds == "matmul:fp32").sum()) == 24  # 12 blocks, two products each
+    assert feature_kind("matmul", "blocks.0.attn.bmm") == "matmul"
+    assert kind_code("matmul:fp32") != kind_code("matmul")
+    assert family_key("dense", "matmul:fp32", 96, 0) == "gemm_fp32"  # a predictor of its own
+    rows = pd.DataFrame({"kind": ["matmul", "matmul", "softmax", "softmax"],
+                         "dtype": ["fp32", "fp16", "fp32", "fp32"],
+                         "device": ["cuda", "cuda", "cuda", "cpu"], "op": "x", "note": ""})
+    assert list(with_feature_kinds(rows)["kind"]) == [
+        "matmul:fp32", "matmul", "softmax:fp32", "softmax"]

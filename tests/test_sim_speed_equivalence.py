@@ -28,7 +28,7 @@ from dse.sim.plan import plan, work
 from dse.sim.simulate import resolve_buffer, resolve_launch
 from formats import parse
 from tests.sim_simpy_reference import run as reference_run
-from workloads import load_trace
+from workloads import Trace, load_trace
 
 # model, hardware, format, batch, fusion, scope, SimConfig fields,
 #   latency (float.hex), events, tiles, digest of ops, digest of timeline
@@ -58,6 +58,21 @@ GOLDEN = [
 ]
 
 
+def _as_recorded(model: str) -> Trace:
+    """The trace as it was when the golden figures were recorded: since then ResNet-50's three
+    1x1 stride-2 shortcuts read only the quarter of their input their windows cover
+    (``workloads.conv``); the golden figures charge them all of it."""
+    trace = load_trace(model)
+    if model != "resnet50":
+        return trace
+    records = trace.to_json()["ops"]
+    for r in records:
+        if r["name"] in ("layer2.0.downsample.0", "layer3.0.downsample.0",
+                         "layer4.0.downsample.0"):
+            r["input_elems"] *= 4
+    return Trace.from_records(trace.model, trace.input_shape, records, trace.provenance)
+
+
 def _digest(frame: pd.DataFrame) -> str:
     """Every value of every column: numbers by their bytes, the rest by their text."""
     h = hashlib.sha256()
@@ -76,7 +91,7 @@ def _digest(frame: pd.DataFrame) -> str:
 def test_results_equal_those_recorded_before_the_speed_up(model, hw, fmt, batch, fusion, scope,
                                                           config, latency, events, tiles, ops,
                                                           timeline):
-    sim = simulate(model, hw, fmt, batch, fusion, scope, SimConfig(**config))
+    sim = simulate(_as_recorded(model), hw, fmt, batch, fusion, scope, SimConfig(**config))
     assert sim.latency_s.hex() == latency
     assert (sim.events, sim.tiles) == (events, tiles)
     assert _digest(sim.ops) == ops

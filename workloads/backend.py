@@ -16,8 +16,10 @@ What runs differs by backend, and that difference decides the sign of a 2:4 spee
   Beside the explicit ops the trace holds, that path runs, per attention: four dtype copies of
   a (T x C) operand and one of the scores (``aten::_to_copy``), a second scale (``aten::mul``:
   q and k are both scaled by the square root), and the masked-row checks over the scores
-  (``aten::isneginf``, ``aten::all`` over the last axis, ``aten::where``). ViT-B at batch
-  128: 21 ms of attention, against 6.6 ms for all the 2:4 products.
+  (``aten::isneginf``, ``aten::all`` over the last axis, ``aten::where``). With fp16 inputs
+  the products and the softmax run in fp32 (``sm80_xmma_gemm_f32f32`` batched GEMMs, no fp16
+  tensor cores). ViT-B at batch 128: 21 ms of attention, 7.8 ms of it the fp32 products,
+  against 6.6 ms for all the 2:4 products.
 
 Both return a new :class:`~workloads.trace.Trace`; ops outside attention are untouched.
 """
@@ -156,7 +158,10 @@ def torch_math_attention(trace: Trace, cast_probabilities: bool = True) -> Trace
     the score product, four copies and a second scale of a (T x C) operand; after the
     softmax, a dtype copy of the probabilities (``cast_probabilities``: fp16 on a GPU; an
     fp32 CPU run has no such cast,
-    ``benchmarks/cpu/results/profile_deit_small_b8.csv``)."""
+    ``benchmarks/cpu/results/profile_deit_small_b8.csv``). With ``cast_probabilities`` the
+    two products and the softmax run in fp32 (the copies cast q, k and v up): they are
+    renamed ``PREFIX.sdpa_math.scores_fp32``, ``softmax_fp32`` and ``context_fp32``, which
+    the expectation prices as fp32 kernels (``dse.calibrate.features.fp32_kind``)."""
     regions = attention_regions(trace)
     if not regions:
         return trace
@@ -165,8 +170,12 @@ def torch_math_attention(trace: Trace, cast_probabilities: bool = True) -> Trace
     before: dict[str, list[dict]] = {}
     after: dict[str, list[dict]] = {}
     rename: dict[str, str] = {}
+    fp32: dict[str, str] = {}  # the ops run in fp32, renamed so that pricing can tell
     for region in regions:
         p = _prefix(region) + "sdpa_math."
+        if cast_probabilities:
+            fp32.update({region.scores: f"{p}scores_fp32", region.softmax: f"{p}softmax_fp32",
+                         region.context: f"{p}context_fp32"})
         s, sm = by_name[region.scores], by_name[region.softmax]
         scores = int(sm["output_elems"])
         operand = int(by_name[region.context]["output_elems"])  # T x C: q, k, v, context
@@ -197,6 +206,8 @@ def torch_math_attention(trace: Trace, cast_probabilities: bool = True) -> Trace
             out += after[r["name"]]
             continue
         out.append(dict(r, producers=[rename.get(q, q) for q in r["producers"]]))
+    out = [dict(r, name=fp32.get(r["name"], r["name"]),
+                producers=[fp32.get(q, q) for q in r["producers"]]) for r in out]
     return _rebuild(trace, out, "torch's math attention path under 2:4 "
                                 "(_scaled_dot_product_attention_math, _safe_softmax): "
                                 "workloads.backend.torch_math_attention")

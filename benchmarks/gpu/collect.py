@@ -16,9 +16,11 @@ share of ``--budget`` (minutes, default 35: one H100's worth):
 * ``conv_random``  48 dense and depthwise convolutions drawn at random (collect_conv);
 * ``copy``  the data movement traces call ``other``: permute-contiguous, roll, pad, gather
   (collect_vector);
+* ``math_attention``  DeiT-S and ViT-B attention products and softmax in fp32, as torch's math
+  SDPA path runs them under 2:4 (collect_attention);
 * ``models_more``  ResNet-50 and Swin-T as ``models`` (collect_models).
 
-``all`` runs the first five; the last six were added after the first collection, which a
+``all`` runs the first five; the last seven were added after the first collection, which a
 full run would otherwise repeat: name them with ``--parts``.
 
 Kernel rows are timed cold (cache flushed before each call) and warm, and follow dse's kernel
@@ -47,7 +49,14 @@ from pathlib import Path
 
 from dse.measure.budget import Budget, parse_duration
 
-from . import collect_conv, collect_energy, collect_gemm, collect_models, collect_vector
+from . import (
+    collect_attention,
+    collect_conv,
+    collect_energy,
+    collect_gemm,
+    collect_models,
+    collect_vector,
+)
 from .collect_items import Part
 from .collect_rows import Bench, error_text, numerics_for
 from .collect_store import CollectError, Progress, Store
@@ -75,6 +84,8 @@ PARTS: dict[str, Part] = {p.name: p for p in (
          collect_conv.random_items, collect_conv.run),
     Part("copy", 4, "copies a trace calls other: permute-contiguous, roll, pad, gather",
          collect_vector.copy_items, collect_vector.run),
+    Part("math_attention", 4, "fp32 attention products and softmax of torch's math SDPA path",
+         collect_attention.items, collect_attention.run, collect_attention.finish),
     Part("models_more", 25, "ResNet-50 and Swin-T dense and 2:4: latency and per-op profiles",
          collect_models.more_items, collect_models.run, collect_models.finish),
 )}

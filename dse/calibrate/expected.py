@@ -25,7 +25,7 @@ import pandas as pd
 import formats
 import workloads
 
-from .features import family_key
+from .features import family_key, feature_kind
 from .predictor import DevicePredictors, FamilyPredictor
 
 __all__ = ["expected_designs", "expected_layers", "op_configs"]
@@ -45,6 +45,14 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm",
     ops["norm_k"] = [workloads.norm_width(name, int(w)) if kind == "norm" else 0
                      for name, w, kind in zip(ops.index, ops["weight_elems"], ops["kind"],
                                               strict=True)]
+    # Kinds the predictors tell apart (dse.calibrate.features.with_feature_kinds): data
+    # movement and fp32 ops of the math attention path by the op's name, a convolution
+    # reading the model's few-channel input.
+    image = int(trace.input_shape[0]) if len(trace.input_shape) == 3 else 0
+    reads_input = ops["producers"].map(lambda ps: workloads.MODEL_INPUT in ps)
+    ops["feature_kind"] = [feature_kind(kind, name, image if reads else 0)
+                           for name, kind, reads in zip(ops.index, ops["kind"], reads_input,
+                                                        strict=True)]
     op = ops.loc[layers["op"].to_numpy()]
     batch = layers["batch"].to_numpy()
     m = op["m"].to_numpy()
@@ -66,7 +74,7 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm",
     block = np.where(family == "unstructured", 1, np.where(plain, 0, block))
     sparsity = np.where(plain, 0.0, sparsity)
     groups = op["groups"].to_numpy()
-    kind = op["kind"].to_numpy(dtype=object)
+    kind = op["feature_kind"].to_numpy(dtype=object)
     out = pd.DataFrame({
         "family": family, "kind": kind, "m": np.where(gemm, m, 0),
         "k": np.where(gemm, op["k"].to_numpy(), op["norm_k"].to_numpy()),

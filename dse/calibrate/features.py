@@ -9,11 +9,13 @@ import re
 import numpy as np
 import pandas as pd
 
-__all__ = ["FEATURES", "IMPL", "KEYS", "TILE", "family_key", "feature_matrix", "kind_code",
+__all__ = ["FEATURES", "IMAGE_CHANNELS", "IMPL", "KEYS", "TILE", "conv_kind", "copy_kind",
+           "family_key", "feature_kind", "feature_matrix", "fp32_kind", "kind_code",
+           "with_feature_kinds",
            "training_rows", "usable_rows", "with_norm_widths"]
 
 #: Predictor keys: one predictor per (device, key).
-KEYS = ("gemm", "conv", "grouped_conv", "nm", "block", "csr", "vector")  # block: block{b}
+KEYS = ("gemm", "gemm_fp32", "conv", "grouped_conv", "nm", "block", "csr", "vector")  # block{b}
 
 #: The output tile (rows x columns of Y) a GEMM kernel pads to: 128 x 128 on a GPU (CUTLASS
 #: and cuBLAS's common tile), 16 x 16 on a CPU (a register block of AVX-512 micro-kernels).
@@ -32,17 +34,40 @@ FEATURES = ("log_m", "log_k", "log_n", "log_groups", "sparsity", "block", "log_f
 IMPL = FEATURES.index("impl")
 
 _KINDS = {"linear": 0, "conv": 1, "matmul": 2, "norm": 3, "activation": 4, "elementwise": 5,
-          "softmax": 6, "reduce": 7, "pool": 8}
+          "softmax": 6, "reduce": 7, "pool": 8, "other": 9, "other:roll": 10, "other:pad": 11,
+          "other:gather": 12, "conv:image": 13, "matmul:fp32": 14, "softmax:fp32": 15}
+
+#: Input channels up to which a convolution counts as reading an image (``conv:image``): with
+#: 3 channels cuDNN runs ViT's patch embedding without tensor cores, 6-10x slower than a
+#: ConvNeXt downsampling of the same GEMM view and bytes (H100, benchmarks/gpu/collect).
+IMAGE_CHANNELS = 4
+
+#: Data movement (kind ``other``) that runs far from a plain copy's speed, by the op's name:
+#: a roll (2-4x slower than a permute made contiguous on an H100), a pad, a gather.
+_COPIES = {"roll": "other:roll", "constant_pad_nd": "other:pad", "pad": "other:pad",
+           "index": "other:gather", "gather": "other:gather", "index_select": "other:gather"}
+_OP_SUFFIX = re.compile(r"_\d+$")
+
+
+def copy_kind(kind: str, name: str) -> str:
+    """``kind``, told apart for data movement by the op's name (a trace op's
+    ``layers.0.blocks.1.roll_2`` or a benchmarked row's ``roll``): ``other:roll``,
+    ``other:pad``, ``other:gather``, or ``other`` for copies (clone, contiguous, cat)."""
+    if kind != "other":
+        return kind
+    last = _OP_SUFFIX.sub("", str(name).rsplit(".", 1)[-1])
+    return _COPIES.get(last, "other")
 
 
 def kind_code(kind: str) -> int:
-    """A small integer per op kind (unknown kinds share one code)."""
+    """A small integer per op kind (unknown kinds share one code with ``other``)."""
     return _KINDS.get(str(kind), 9)
 
 
 def family_key(family: str, kind: str, groups: int, block: int) -> str:
     """The predictor that prices a kernel: dense GEMMs split into plain GEMM (linear, matmul),
-    convolution and grouped/depthwise convolution; N:M; block, one predictor per block size
+    fp32 products of an fp16 device (``gemm_fp32``), convolution and grouped/depthwise
+    convolution; N:M; block, one predictor per block size
     (``block16``); CSR; vector ops."""
     if family == "vector":
         return "vector"
@@ -52,8 +77,12 @@ def family_key(family: str, kind: str, groups: int, block: int) -> str:
         return f"block{int(block)}"
     if family == "unstructured":
         return "csr"
-    if kind == "conv":
+    if kind in ("conv", "conv:image"):
         return "grouped_conv" if groups > 1 else "conv"
+    if kind == "matmul:fp32":
+        # fp32 products on a device whose runs are fp16 (no fp16 tensor cores): 5-7x the fp16
+        # GEMMs' time at the same shape; a predictor of their own, not outliers of the GEMMs'.
+        return "gemm_fp32"
     return "gemm"
 
 
@@ -90,7 +119,8 @@ def feature_matrix(frame: pd.DataFrame, units: int, tile: int) -> np.ndarray:
     ])
 
 
-_CONV_GEOMETRY = re.compile(r"\binput \d+x\d+x\d+x\d+, kernel \d+x\d+ stride \d+")
+_CONV_GEOMETRY = re.compile(
+    r"\binput \d+x\d+x\d+x\d+, (?:\d+ out, )?kernel \d+x\d+ stride \d+")
 
 
 def kernel_variant(rows: pd.DataFrame) -> pd.Series:
@@ -112,6 +142,63 @@ def kernel_variant(rows: pd.DataFrame) -> pd.Series:
             f"({_CONV_GEOMETRY.pattern})", expand=False)
         out[conv] = found.fillna("")
     return out
+
+
+_CONV_INPUT = re.compile(r"\binput \d+x(\d+)x\d+x\d+,")
+
+
+#: A trace op that runs in fp32 on a device whose run is fp16: torch's math attention path
+#: casts q, k and v up and runs both products and the softmax in fp32
+#: (workloads.backend.torch_math_attention names them ``...sdpa_math.scores_fp32`` etc.).
+_FP32_OP = re.compile(r"\.sdpa_math\.\w+_fp32$")
+_FP32_KINDS = ("matmul", "softmax")
+
+
+def fp32_kind(kind: str, name: str) -> str:
+    """``kind``, an fp32 product or softmax of an fp16 run told apart by the op's name
+    (``matmul:fp32``, ``softmax:fp32``)."""
+    if kind in _FP32_KINDS and _FP32_OP.search(str(name)):
+        return f"{kind}:fp32"
+    return kind
+
+
+def feature_kind(kind: str, name: str, image_channels: int = 0) -> str:
+    """The kind a trace op is priced as: :func:`copy_kind`, :func:`fp32_kind` and, for a
+    convolution reading an input of ``image_channels``, :func:`conv_kind`."""
+    return conv_kind(fp32_kind(copy_kind(kind, name), name), image_channels)
+
+
+def conv_kind(kind: str, input_channels: int) -> str:
+    """``kind``, a convolution of at most :data:`IMAGE_CHANNELS` input channels told apart
+    (``conv:image``): the predictors see it as a kind of its own."""
+    if kind == "conv" and 0 < input_channels <= IMAGE_CHANNELS:
+        return "conv:image"
+    return kind
+
+
+def with_feature_kinds(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with the kinds the predictors tell apart: data movement by its op name
+    (:func:`copy_kind`), a benchmarked convolution of few input channels by the input its
+    note records (:func:`conv_kind`), an fp32 product or softmax timed on a GPU (whose runs
+    are fp16) by its ``dtype`` (:func:`fp32_kind`)."""
+    kind = rows["kind"].astype(str)
+    blank = pd.Series("", index=rows.index)
+    column = lambda name: rows[name].astype(str) if name in rows else blank  # noqa: E731
+    other = kind == "other"
+    conv = (kind == "conv") & ("note" in rows)
+    fp32 = kind.isin(_FP32_KINDS) & (column("dtype") == "fp32") & (column("device") == "cuda")
+    if not (other.any() or conv.any() or fp32.any()):
+        return rows
+    rows = rows.copy()
+    if fp32.any():
+        rows.loc[fp32, "kind"] = rows.loc[fp32, "kind"].astype(str) + ":fp32"
+    if other.any():
+        rows.loc[other, "kind"] = [copy_kind("other", name) for name in rows.loc[other, "op"]]
+    if conv.any():
+        channels = pd.to_numeric(rows.loc[conv, "note"].fillna("").astype(str).str.extract(
+            _CONV_INPUT, expand=False), errors="coerce").fillna(0).astype(int)
+        rows.loc[conv, "kind"] = [conv_kind("conv", c) for c in channels]
+    return rows
 
 
 _NORM_WIDTH = re.compile(r"\bover C=(\d+)")
@@ -162,6 +249,7 @@ def usable_rows(dataset: pd.DataFrame) -> pd.DataFrame:
     rows = rows[rows["idle"].fillna(True).astype(bool) | gpu]
     rows = rows[rows["median_s"] <= 1.5 * rows["min_s"]]
     rows = with_norm_widths(rows.assign(variant=kernel_variant(rows)))
+    rows = with_feature_kinds(rows)
     rows = rows[~rows["implementation"].str.contains("algsearch")]
     # Frames built by hand may lack the run columns: one run, one round, cold caches.
     rows = rows.assign(**{c: v for c, v in (("run_id", ""), ("round", 0), ("cache", "cold"))
