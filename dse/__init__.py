@@ -93,7 +93,9 @@ def __getattr__(name: str):
     import importlib
 
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later look-ups skip this function (0.8 us each)
+        return value
     if name in _SUBMODULES:
         return importlib.import_module(f"dse.{name}")
     raise AttributeError(f"module 'dse' has no attribute {name!r}")

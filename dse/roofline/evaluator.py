@@ -14,6 +14,7 @@ place of the fused ones (the same kernels, called once more), so that always
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -227,6 +228,12 @@ def _parse_name(spec: str) -> Format:
     return parse_format(spec)
 
 
+@lru_cache(maxsize=1024)
+def _stacked_name(spec: str) -> tuple[Format, ...]:
+    # One format by name, as prepare stacks it: the common call of a design priced in a loop.
+    return stack_formats([_parse_name(spec)])
+
+
 def prepare(trace, hardware, formats, batches, numerics) -> Problem:
     """The priced arrays of a grid of designs, checked: what :func:`evaluate`, the simulator's
     planner and the benchmarks run the kernels on."""
@@ -235,8 +242,9 @@ def prepare(trace, hardware, formats, batches, numerics) -> Problem:
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
     accelerators = tuple(h if isinstance(h, Accelerator) else accelerator_models.load(h)
                          for h in _as_list(hardware, "hardware"))
-    fmts = stack_formats([_parse_name(f) if isinstance(f, str) else parse_format(f)
-                          for f in _as_list(formats, "format")])
+    fmts = (_stacked_name(formats) if isinstance(formats, str) else
+            stack_formats([_parse_name(f) if isinstance(f, str) else parse_format(f)
+                           for f in _as_list(formats, "format")]))
     batch_list = _as_list(batches, "batch size")
     for b in batch_list:
         if isinstance(b, bool) or not isinstance(b, int | np.integer) or b < 1:
@@ -403,10 +411,17 @@ def evaluate_designs(
 ) -> Designs:
     """:func:`evaluate`'s numbers as a :class:`Designs` (columns, no DataFrame): the fast path
     for one design or a few. ``evaluate_designs(...).frame()`` equals ``evaluate(...)``."""
-    fusions = _choices(fusion, fusion_models(), "fusion")
-    scopes = _choices(scope, SCOPES, "scope")
+    # One fusion model or scope by its plain name needs no list built and checked.
+    fusions = ([fusion] if isinstance(fusion, str) and fusion in FUSIONS
+               else _choices(fusion, fusion_models(), "fusion"))
+    scopes = ([scope] if isinstance(scope, str) and scope in SCOPES
+              else _choices(scope, SCOPES, "scope"))
     problem = prepare(trace, hardware, formats, batches, numerics)
-    parts = [_as_arrays(c) for s in scopes for c in _totals_columns(problem, s, fusions)]
+    if len(problem.accelerators) * len(problem.formats) * len(problem.batches) \
+            <= SMALL_GRID_DESIGNS:
+        parts = [c for s in scopes for c in _small_grid_columns(problem, s, fusions)]
+    else:
+        parts = [_as_arrays(c) for s in scopes for c in _totals_columns(problem, s, fusions)]
     if len(parts) == 1:
         return Designs(parts[0])
     return Designs({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
@@ -419,6 +434,147 @@ def _as_arrays(columns: dict[str, object]) -> dict[str, np.ndarray]:
     return {k: v if isinstance(v, np.ndarray) else
             np.full(n, v, dtype=object if isinstance(v, str) else None)
             for k, v in columns.items()}
+
+
+#: Grids of at most this many designs (hardware x formats x batches) take
+#: :func:`_small_grid_columns` in :func:`evaluate_designs`; larger ones the general path.
+SMALL_GRID_DESIGNS = 64
+_BOUND_LABELS = np.array(["compute", "memory"], dtype=object)
+_FALLBACK_LABELS = np.array(["", "dense", "csr"], dtype=object)
+
+
+@dataclass(frozen=True, eq=False)
+class _GridLabels:
+    """What :func:`_totals_columns` computes of one fusion's rows that does not depend on the
+    hardware's rates: its label, batch and count columns, stacked by dtype (``groups[i]`` is
+    ``(len(names[i]), D)``), and the indices it reads the totals with."""
+
+    groups: tuple[np.ndarray, ...]
+    names: tuple[tuple[str, ...], ...]
+    rows: np.ndarray  # arange(D)
+    dense_rows: np.ndarray  # each design's dense row
+    any_fallback: bool  # some design's hardware cannot run its format
+    fallback_mask: np.ndarray  # falls back and some op in scope needs the format's kernel
+
+
+#: Column order of :func:`evaluate`'s rows (that of :func:`_totals_columns`).
+_COLUMNS = ("model", "hardware", "format", "family", "sparsity", "weight_sparsity",
+            "per_layer_density", "batch", "fusion", "scope", "latency_s", "dense_latency_s",
+            "speedup", "compute_s", "memory_s", "bound", "flops", "dram_bytes", "weight_bytes",
+            "feature_bytes", "feature_bytes_share", "ops", "memory_bound_ops",
+            "shape_fallback_ops", "hw_fallback", "hw_fallback_ops")
+# Keyed by the pricing's id, holding a weak reference to it: an entry keeps no trace's prices
+# alive, and one whose pricing is gone (its id perhaps reused) is never read.
+_GRID_LABELS: dict[tuple, tuple[weakref.ref, tuple[_GridLabels, ...]]] = {}
+_GRID_LABELS_MAX = 256
+
+
+def _grid_labels(problem: Problem, scope: str, fusions: list[str]) -> tuple[_GridLabels, ...]:
+    """Per fusion, its :class:`_GridLabels`, cached per pricing (whose identity fixes the
+    trace, formats and numerics), scope, fusions, hardware names, hardware support of each
+    format, batches and grid shape: a caller pricing a few designs in a loop builds them
+    once."""
+    shape = (len(problem.accelerators), len(problem.formats), len(problem.batches))
+    key = (id(problem.pricing), scope, tuple(fusions), problem.trace.model,
+           tuple(a.name for a in problem.accelerators), problem.native_ok.tobytes(),
+           problem.batches.tobytes(), shape)
+    hit = _GRID_LABELS.get(key)
+    if hit is not None and hit[0]() is problem.pricing:
+        return hit[1]
+    arrays = problem.arrays(scope)
+    h, f, b = problem.design_index()
+    n_fmt, n_b = shape[1], shape[2]
+    falls_back = ~problem.native_ok[h, f]
+    hw_fallback_ops = np.where(falls_back, arrays.fallback_ops[f], 0)
+    p = problem.pricing
+    # The same expressions as _totals_columns, so the same values and dtypes.
+    base = {
+        "model": label_column(np.zeros(len(h), dtype=np.int64), [problem.trace.model], False),
+        "hardware": label_column(h, [a.name for a in problem.accelerators], False),
+        "format": label_column(f, [x.name for x in problem.formats], False),
+        "family": label_column(f, [x.family for x in problem.formats], False),
+        "sparsity": np.array([x.sparsity for x in problem.formats])[f],
+        "weight_sparsity": p.weight_sparsity[f],
+        "per_layer_density": p.layer_density[f],
+        "batch": problem.batches[b].astype(np.int64),
+        "ops": np.full(len(h), len(arrays.ops)),
+        "shape_fallback_ops": arrays.shape_fallback_ops[f].astype(np.int64),
+        "hw_fallback_ops": hw_fallback_ops.astype(np.int64),
+    }
+    any_fallback = bool(falls_back.any())
+    if not any_fallback:  # every design's fallback kind is 0
+        base["hw_fallback"] = label_column(np.zeros(len(h), dtype=np.int64), ["", "dense", "csr"],
+                                           False)
+    result = []
+    for fusion in fusions:
+        static = {**base, "fusion": np.full(len(h), fusion, dtype=object),
+                  "scope": np.full(len(h), scope, dtype=object)}
+        by_dtype: dict[np.dtype, list[str]] = {}
+        for name, column in static.items():
+            by_dtype.setdefault(column.dtype, []).append(name)
+        names = tuple(tuple(n) for n in by_dtype.values())
+        groups = tuple(np.stack([static[n] for n in group]) for group in names)
+        for g in groups:
+            g.setflags(write=False)  # copied for each call's result
+        result.append(_GridLabels(
+            groups=groups, names=names, rows=np.arange(len(h)),
+            dense_rows=(h * n_fmt) * n_b + b, any_fallback=any_fallback,
+            fallback_mask=falls_back & (hw_fallback_ops > 0)))
+    if len(_GRID_LABELS) >= _GRID_LABELS_MAX:
+        _GRID_LABELS.clear()  # one step (safe beside other threads); refilled as used
+    _GRID_LABELS[key] = (weakref.ref(problem.pricing), tuple(result))
+    return tuple(result)
+
+
+def _small_grid_columns(problem: Problem, scope: str,
+                        fusions: list[str]) -> list[dict[str, np.ndarray]]:
+    """:func:`_totals_columns` with every column an array (as :func:`_as_arrays` makes them),
+    the same values and dtypes, for a grid of a few designs: the columns that do not depend
+    on the rates come from :func:`_grid_labels` (one copy per dtype), and only the totals'
+    columns are computed, by the same numpy expressions."""
+    labels = _grid_labels(problem, scope, fusions)
+    totals = {}
+    frames = []
+    for fusion, grid in zip(fusions, labels, strict=True):
+        key = fusion if fusion.startswith(fusion_rules.PREFIX) else ""
+        if key not in totals:
+            totals[key] = problem.totals(scope, fusion)
+        if grid.any_fallback:
+            alt = pick_fallback(totals[key], fusion)
+            chosen = totals[key][grid.rows, alt]
+        else:  # the kernel copied each design's first price to its second: alt is 0
+            chosen = totals[key][:, 0]
+        latency, memory = fusion_latency(chosen, fusion)
+        unfused = fusion == "unfused"
+        membound = chosen[:, K.T_MEMBOUND_UNFUSED if unfused else K.T_MEMBOUND_FUSED]
+        features = chosen[:, K.T_FEATURES_UNFUSED if unfused else K.T_FEATURES_FUSED]
+        compute = chosen[:, K.T_COMPUTE]
+        weight_bytes = chosen[:, K.T_WEIGHT_BYTES]
+        dram = weight_bytes + features
+        dense_latency = latency[grid.dense_rows]
+        columns = {}
+        for group, names in zip(grid.groups, grid.names, strict=True):
+            fresh = group.copy()  # the caller's own arrays, writable
+            columns.update({name: fresh[i] for i, name in enumerate(names)})
+        columns.update({
+            "latency_s": latency,
+            "dense_latency_s": dense_latency,
+            "speedup": dense_latency / latency,
+            "compute_s": compute,
+            "memory_s": memory,
+            "bound": _BOUND_LABELS[(memory > compute).astype(np.int64)],
+            "flops": chosen[:, K.T_FLOPS],
+            "dram_bytes": dram,
+            "weight_bytes": weight_bytes,
+            "feature_bytes": features,
+            "feature_bytes_share": features / dram,
+            "memory_bound_ops": membound.astype(np.int64),
+        })
+        if grid.any_fallback:
+            columns["hw_fallback"] = _FALLBACK_LABELS[
+                np.where(grid.fallback_mask, np.where(alt == 1, 2, 1), 0)]
+        frames.append({name: columns[name] for name in _COLUMNS})
+    return frames
 
 
 
