@@ -602,3 +602,22 @@ def test_the_math_attention_products_and_softmax_are_priced_as_fp32():
                          "device": ["cuda", "cuda", "cuda", "cpu"], "op": "x", "note": ""})
     assert list(with_feature_kinds(rows)["kind"]) == [
         "matmul:fp32", "matmul", "softmax:fp32", "softmax"]
+
+
+def test_calibrate_says_when_no_last_level_cache_is_known():
+    """Without a last-level cache every op of a model is priced warm: dse calibrate says so in
+    one line, naming the spec and why, rather than shipping that silently."""
+    from dse.calibrate.predictor import DevicePredictors
+    from dse.cli.calibrate import with_warm_capacity
+
+    def device(reference):
+        return DevicePredictors("dev", reference, "cuda", 132, 128, 1e-6, {}, {})
+
+    known, note = with_warm_capacity(device("h100-sxm"), [])
+    assert note is None and known.warm_capacity_bytes == 50 * 2**20
+    none, note = with_warm_capacity(device("b200"), [])  # the catalog's B200: no cache figures
+    assert none.warm_capacity_bytes == 0.0
+    assert note.startswith("note: dev: no last-level cache is known for the reference 'b200'")
+    assert "no cache levels and no l2_bytes" in note and "\n" not in note
+    lost, note = with_warm_capacity(device("not-a-spec"), [])
+    assert lost.warm_capacity_bytes == 0.0 and "cannot be loaded" in note and "\n" not in note

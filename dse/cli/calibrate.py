@@ -213,6 +213,24 @@ def _print_validation(table: pd.DataFrame, speedups: pd.DataFrame, noise: dict) 
             print(f"  {line(basis, noise[basis])}")
 
 
+def with_warm_capacity(predictors, sources: list[str]):
+    """``predictors`` with the last-level cache of the spec their warm timings were taken on
+    (:func:`dse.calibrate.predictor.warm_capacity`), and a note line where none is known: then
+    every op of a model is priced warm, however large, and the user should know."""
+    try:  # the caches the device's warm timings were taken in
+        hardware = reference_hardware(predictors, sources)
+    except CalibrationError as exc:
+        why = f"its spec cannot be loaded ({str(exc).splitlines()[0]})"
+    else:
+        capacity = warm_capacity(hardware)
+        if capacity > 0:
+            return replace(predictors, warm_capacity_bytes=capacity), None
+        why = f"the spec {hardware.name!r} gives no cache levels and no l2_bytes"
+    return predictors, (f"note: {predictors.name}: no last-level cache is known for the "
+                        f"reference {predictors.reference_hw!r}: {why}; every op of a model "
+                        "will be priced warm, whatever its size")
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.estimator == "spmv-cnn":
         return spmv_estimator.run(args)
@@ -242,12 +260,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             data, seed=args.seed, progress=StatusLine(f"{name}: validated", "folds"))
         chosen = choose_methods(predictions)
         predictors = calibrate(data, predictions, seed=args.seed)
-        try:  # the caches the device's warm timings were taken in
-            hardware = reference_hardware(predictors, names)
-        except CalibrationError:  # a spec dse cannot load: every op is priced warm
-            hardware = None
-        if hardware is not None:
-            predictors = replace(predictors, warm_capacity_bytes=warm_capacity(hardware))
+        predictors, note = with_warm_capacity(predictors, names)
+        if note:
+            print(note)
         if args.validate:
             predictions = with_in_sample(predictions, data, predictors)
             print(f"\n{name} (reference {data.reference_hw}, {data.units} "
@@ -260,8 +275,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                               speedup_summary(predictions, chosen, name), noise_floor(frame))
         if name in whole:
             measured = whole[name]
-            if hardware is None:
-                hardware = reference_hardware(predictors, names)  # its error, in one line
+            hardware = reference_hardware(predictors, names)  # its error, in one line
             table, context = whole_model_table(measured, predictors, hardware)
             _print_whole_models(name, table, context, measured,
                                 roofline="bound" if hardware.is_bound else "ceiling roofline")
