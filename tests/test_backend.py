@@ -181,3 +181,24 @@ def test_cpu_sparse_linears_without_a_bias_add_none_and_dense_traces_stay():
     dense = Trace.from_records("toy_dense", [T, C], [
         dict(r, prunable=False) for r in _mlp_trace().to_json()["ops"]])
     assert torch_cpu_sparse_linears(dense) is dense
+
+
+def test_what_torch_runs_follows_the_attention_timm_calls():
+    """ViT and DeiT call F.scaled_dot_product_attention by timm's default, Swin's window
+    attention does not (its export records "0/12"): dense Swin runs its explicit attention,
+    and under 2:4 no math-path ops are added to it."""
+    from dse.calibrate.validate import torch_ran, traced_sdpa
+
+    swin = workloads.load_trace("swin_tiny_patch4_window7_224")
+    vit = workloads.load_trace("vit_base_patch16_224")
+    assert swin.provenance["sdpa_attention"] == "0/12" and not traced_sdpa(swin)
+    assert vit.provenance["sdpa_attention"] == "12/12" and traced_sdpa(vit)
+    assert torch_ran(swin, "dense", "cuda") is swin
+    assert int((torch_ran(vit, "dense", "cuda").ops["kind"] == "softmax").sum()) == 0
+    sparse = torch_ran(swin, "2:4", "cuda")
+    assert not sparse.ops["name"].str.contains("sdpa_math").any()
+    assert len(sparse.ops) == len(swin.ops)
+    # a trace exported before the record: timm's default for attention modules, fused
+    old = Trace.from_records(vit.model, vit.input_shape, vit.to_json()["ops"],
+                             {k: v for k, v in vit.provenance.items() if k != "sdpa_attention"})
+    assert traced_sdpa(old)

@@ -254,3 +254,16 @@ def test_a_strided_shortcut_is_charged_the_quarter_it_reads():
                               ("layer4.0.downsample.0", 1024 * 14 * 14)):
         assert ops.loc[name, "input_elems"] == stage_input // 4
     assert ops.loc["layer1.0.downsample.0", "input_elems"] == 64 * 56 * 56  # stride 1: all
+
+
+def test_the_export_records_which_attention_calls_sdpa():
+    """The trace holds attention's explicit ops whatever timm would run; its provenance says
+    how many of the model's attention modules call F.scaled_dot_product_attention by timm's
+    default (what pricing "what torch runs" needs), and a model without attention says
+    nothing."""
+    vit = export_trace("test_vit")
+    model = timm.create_model("test_vit", pretrained=False)
+    flags = [bool(m.fused_attn) for m in model.modules() if hasattr(m, "fused_attn")]
+    assert flags and vit.provenance["sdpa_attention"] == f"{sum(flags)}/{len(flags)}"
+    assert int((vit.ops["kind"] == "softmax").sum()) == len(flags)  # explicit ops all the same
+    assert "sdpa_attention" not in export_trace("test_resnet").provenance

@@ -263,6 +263,18 @@ def _record(recorder: _Recorder, func, args, kwargs, out) -> None:
         recorder.track(t, _Tensor(op, True))
 
 
+def _sdpa_attention(torch, timm, model_name: str, img_size, num_classes) -> str | None:
+    """``"N/M"``: of the model's M attention modules (those with timm's ``fused_attn``), the N
+    that call ``F.scaled_dot_product_attention`` under timm's default settings; None when it
+    has none. Built on the meta device, as the trace is."""
+    try:
+        model = _build(torch, timm, model_name, img_size, num_classes)
+    except Exception:  # the traced build below says why, in one line
+        return None
+    flags = [bool(m.fused_attn) for m in model.modules() if hasattr(m, "fused_attn")]
+    return f"{sum(flags)}/{len(flags)}" if flags else None
+
+
 def _enter(recorder: _Recorder, path: str):
     def hook(module, args) -> None:  # a hook that returns a value would replace the input
         recorder.module_stack.append(path)
@@ -333,6 +345,10 @@ def export_trace(model_name: str, img_size: int | None = None, batch: int = TRAC
         raise ExportError(f"--img-size {img_size}: must be a positive number of pixels")
     if batch < 1:
         raise ExportError(f"batch {batch}: must be at least 1")
+    # What the model runs by timm's default: how many attention modules call
+    # F.scaled_dot_product_attention (ViT's do; Swin's window attention does not). Recorded,
+    # so that pricing what torch runs knows (dse.calibrate.validate.torch_ran).
+    sdpa = _sdpa_attention(torch, timm, model_name, img_size, num_classes)
     # Explicit q @ k^T, softmax and attn @ v instead of one fused SDPA call: the same FLOPs,
     # and each GEMM becomes its own op.
     fused = timm.layers.use_fused_attn()
@@ -394,6 +410,8 @@ def export_trace(model_name: str, img_size: int | None = None, batch: int = TRAC
         "macs_per_sample": None,  # filled below from the trace itself
         "schema": SCHEMA,
     }
+    if sdpa is not None:
+        provenance["sdpa_attention"] = sdpa
     if sparsity_from is not None:
         provenance["sparsity_from"] = str(sparsity_from)
     trace = Trace.from_records(model_name, [channels, height, width], records, provenance)

@@ -475,9 +475,20 @@ class BackendError(CalibrationError):
     """A design torch runs no whole model of; the message names the format and the fix."""
 
 
-def torch_ran(trace, fmt: str, device: str, sdpa: bool = True):
+def traced_sdpa(trace) -> bool:
+    """Whether ``trace``'s model calls ``F.scaled_dot_product_attention`` by timm's default,
+    as its export recorded (provenance ``sdpa_attention``, ``"N/M"`` attention modules): ViT
+    and DeiT do, Swin's window attention does not. A trace without the record: True, timm's
+    default for its attention modules."""
+    recorded = str(trace.provenance.get("sdpa_attention", "") or "")
+    hit = re.match(r"^\s*(\d+)\s*/", recorded)
+    return int(hit.group(1)) > 0 if hit else True
+
+
+def torch_ran(trace, fmt: str, device: str, sdpa: bool | None = None):
     """The ops torch runs for ``trace`` in ``fmt`` on ``device`` (cuda or cpu), as the
-    measured whole models ran them (:mod:`workloads.backend`): ``sdpa`` (timm's default,
+    measured whole models ran them (:mod:`workloads.backend`): ``sdpa`` (default: as the
+    trace's export recorded, :func:`traced_sdpa`;
     ``F.scaled_dot_product_attention``): a dense model runs each attention as one fused kernel,
     and a sparse one falls back to torch's math attention, because a sparse linear's output is
     a transposed view that SDPA's fused kernels refuse (benchmarks/cpu/results/
@@ -493,6 +504,8 @@ def torch_ran(trace, fmt: str, device: str, sdpa: bool = True):
         raise BackendError(f"{trace.model}: what torch runs was measured for timm models only "
                            "(no language model's whole run was profiled); price it as "
                            "exported (--backend exported)")
+    if sdpa is None:
+        sdpa = traced_sdpa(trace)
     parsed = formats.parse(fmt)
     if parsed.family == "dense":
         return fuse_attention(trace) if sdpa else trace
