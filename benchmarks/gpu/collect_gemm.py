@@ -114,8 +114,13 @@ def shapes(smoke: bool = False) -> list[GemmShape]:
     out += [GemmShape(m, k, n, "llm-prefill", name)
             for name, m, k in LLM_LINEARS for n in PREFILL_N]
     out += [GemmShape(s, s, n, "square", f"square {s}") for s in SQUARE[0] for n in SQUARE[1]]
-    seen, unique = set(), []
-    for s in out:
+    return _unique(out)
+
+
+def _unique(shapes: list[GemmShape], seen: set | None = None) -> list[GemmShape]:
+    """``shapes`` with each (M, K, N) once, first kept, none of ``seen``."""
+    seen, unique = set(seen or ()), []
+    for s in shapes:
         if (s.m, s.k, s.n) not in seen:
             seen.add((s.m, s.k, s.n))
             unique.append(s)
@@ -143,13 +148,7 @@ def more_shapes(smoke: bool = False) -> list[GemmShape]:
             out += [GemmShape(m, k, tokens * b, "swin", f"swin_tiny c{c} {name}", b)
                     for name, m, k in (("qkv", 3 * c, c), ("proj", c, c),
                                        ("fc1", 4 * c, c), ("fc2", c, 4 * c))]
-    first = {(s.m, s.k, s.n) for s in shapes()}
-    seen, unique = set(first), []
-    for s in out:
-        if (s.m, s.k, s.n) not in seen:
-            seen.add((s.m, s.k, s.n))
-            unique.append(s)
-    return unique
+    return _unique(out, {(s.m, s.k, s.n) for s in shapes()})
 
 
 def more_items(smoke: bool = False) -> list[Item]:

@@ -295,6 +295,23 @@ def label_column(codes: np.ndarray, names: Sequence[str], categorical: bool = Tr
     return np.array(names, dtype=object)[codes]
 
 
+def _design_labels(problem: Problem, h: np.ndarray, f: np.ndarray, batch: np.ndarray,
+                   categorical: bool) -> dict[str, object]:
+    """The columns naming each design (model, hardware, format and its sparsity, batch), for
+    designs of hardware ``h``, format ``f`` and batch size ``batch``."""
+    p = problem.pricing
+    return {
+        "model": label_column(np.zeros(len(h), dtype=np.int64), [problem.trace.model], categorical),
+        "hardware": label_column(h, [a.name for a in problem.accelerators], categorical),
+        "format": label_column(f, [x.name for x in problem.formats], categorical),
+        "family": label_column(f, [x.family for x in problem.formats], categorical),
+        "sparsity": np.array([x.sparsity for x in problem.formats])[f],
+        "weight_sparsity": p.weight_sparsity[f],
+        "per_layer_density": p.layer_density[f],
+        "batch": batch.astype(np.int64),
+    }
+
+
 def _totals_columns(problem: Problem, scope: str, fusions: list[str],
                     categorical: bool = False) -> list[dict[str, object]]:
     """Per fusion, the columns of :func:`evaluate`'s rows (labels as ``label_column`` gives
@@ -306,23 +323,13 @@ def _totals_columns(problem: Problem, scope: str, fusions: list[str],
     h, f, b = problem.design_index()
     dense_rows = (h * n_fmt) * n_b + b  # format 0 is dense
     batch = problem.batches[b]
-    p = problem.pricing
     shape_fallback = arrays.shape_fallback_ops[f]
     falls_back = ~problem.native_ok[h, f]
     # fallback_ops: per format, the ops in scope that need its own kernel.
     hw_fallback_ops = np.where(falls_back, arrays.fallback_ops[f], 0)
     any_fallback = bool(falls_back.any())  # else every design's fallback kind is 0 ("")
     rows = np.arange(len(h))
-    labels = {
-        "model": label_column(np.zeros(len(h), dtype=np.int64), [problem.trace.model], categorical),
-        "hardware": label_column(h, [a.name for a in problem.accelerators], categorical),
-        "format": label_column(f, [x.name for x in problem.formats], categorical),
-        "family": label_column(f, [x.family for x in problem.formats], categorical),
-        "sparsity": np.array([x.sparsity for x in problem.formats])[f],
-        "weight_sparsity": p.weight_sparsity[f],
-        "per_layer_density": p.layer_density[f],
-        "batch": batch.astype(np.int64),
-    }
+    labels = _design_labels(problem, h, f, batch, categorical)
     frames = []
     for fusion in fusions:
         # One kernel call serves the three FUSIONS; each rule table takes one more.
@@ -486,17 +493,9 @@ def _grid_labels(problem: Problem, scope: str, fusions: list[str]) -> tuple[_Gri
     n_fmt, n_b = shape[1], shape[2]
     falls_back = ~problem.native_ok[h, f]
     hw_fallback_ops = np.where(falls_back, arrays.fallback_ops[f], 0)
-    p = problem.pricing
     # The same expressions as _totals_columns, so the same values and dtypes.
     base = {
-        "model": label_column(np.zeros(len(h), dtype=np.int64), [problem.trace.model], False),
-        "hardware": label_column(h, [a.name for a in problem.accelerators], False),
-        "format": label_column(f, [x.name for x in problem.formats], False),
-        "family": label_column(f, [x.family for x in problem.formats], False),
-        "sparsity": np.array([x.sparsity for x in problem.formats])[f],
-        "weight_sparsity": p.weight_sparsity[f],
-        "per_layer_density": p.layer_density[f],
-        "batch": problem.batches[b].astype(np.int64),
+        **_design_labels(problem, h, f, problem.batches[b], False),
         "ops": np.full(len(h), len(arrays.ops)),
         "shape_fallback_ops": arrays.shape_fallback_ops[f].astype(np.int64),
         "hw_fallback_ops": hw_fallback_ops.astype(np.int64),
