@@ -150,8 +150,11 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="benchmarks/gpu/collect",
                 description="Gather 2:4 and dense GEMMs, vector ops, depthwise and grouped "
                             "convolutions (cold and warm), per-op profiles of DeiT-S, ViT-B "
-                            "and ConvNeXt-T dense and 2:4, and energy, as dse kernel datasets; "
-                            "resumable (rerun the same command to continue).",
+                            "and ConvNeXt-T dense and 2:4, and energy, as dse kernel datasets "
+                            "(--parts all); and, named with --parts, image-reading and dense "
+                            "convolutions, narrow norms, Swin-T linears, random convolutions, "
+                            "data movement, fp32 math attention, ResNet-50 and Swin-T "
+                            "profiles; resumable (rerun the same command to continue).",
                 epilog="Then: dse calibrate --data h100-sxm --data OUT/kernels.parquet "
                        "--validate (see benchmarks/gpu/COLLECT.md).")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
