@@ -8,8 +8,6 @@ import hashlib
 import os
 import sys
 
-import dse.roofline.kernels as kernels
-
 __all__ = ["first_run_done", "kernels_cached", "note_first_compile"]
 
 #: What the note says of the pause before it happens. No figure: the compile time depends on
@@ -21,8 +19,10 @@ FIRST_COMPILE = "a pause once per installation"
 def _cache_folder() -> str:
     """Where numba keeps this module's compiled kernels: ``NUMBA_CACHE_DIR`` (``dse`` sets it to
     the user's cache folder) joined with numba's own subfolder name for the source folder
-    (its parent folder's name and the SHA-1 of its absolute path)."""
-    source = os.path.dirname(os.path.abspath(kernels.__file__))
+    (its parent folder's name and the SHA-1 of its absolute path). The folder is found beside
+    this module, not by importing the kernels: that imports numba and pandas (~0.4 s), which a
+    command refused for a bad argument must not wait for."""
+    source = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, "roofline"))
     digest = hashlib.sha1(source.encode()).hexdigest()
     return os.path.join(os.environ.get("NUMBA_CACHE_DIR", ""),
                         f"{os.path.basename(source)}_{digest}")

@@ -1,6 +1,7 @@
 """Numba kernels of the speed-of-light evaluator, behind the typed wrappers
 ``design_totals`` and ``per_op``; users call them through ``dse.evaluate`` (the benchmarks and
-the simulator's planner call them directly).
+the simulator's planner call them directly). ``per_op`` prices small grids in numpy, the same
+bits (nothing to compile on a first run); the totals always come from the compiled sums.
 
 Inputs are the arrays of :class:`dse.roofline.pricing.KernelArrays` (per alternative kernel, format
 and op in scope: useful FLOPs split by unit, weight bytes) plus, per hardware, the reciprocal rates
@@ -31,8 +32,8 @@ from .pricing import KERNEL_CSR, KERNEL_DENSE, KERNEL_OWN
 
 __all__ = [
     "HW_COLUMNS", "HW_INV_BW", "HW_INV_CSR", "HW_INV_SPARSE", "HW_INV_TENSOR", "HW_INV_VECTOR",
-    "PARALLEL_MIN_OP_EVALS", "TOTAL_COLUMNS", "T_COMPUTE", "T_FLOPS", "T_FUSED",
-    "T_FEATURES_FUSED", "T_FEATURES_UNFUSED", "T_MEMBOUND_FUSED", "T_MEMBOUND_UNFUSED",
+    "NUMPY_MAX_OP_EVALS", "PARALLEL_MIN_OP_EVALS", "TOTAL_COLUMNS", "T_COMPUTE", "T_FLOPS",
+    "T_FUSED", "T_FEATURES_FUSED", "T_FEATURES_UNFUSED", "T_MEMBOUND_FUSED", "T_MEMBOUND_UNFUSED",
     "T_MEMORY_FUSED", "T_MEMORY_UNFUSED", "T_UNFUSED",
     "T_WEIGHT_BYTES", "design_totals", "per_op",
 ]
@@ -53,20 +54,16 @@ PARALLEL_MIN_OP_EVALS = 200_000
 
 # Reassociation lets LLVM vectorize the sums over ops (about 3x here); it changes only the
 # order of additions, so totals differ from a left-to-right sum by rounding (~1e-16 relative).
+# It takes one kernel's rows, not the kernel's index: an index given as a constant
+# (KERNEL_OWN, ...) is typed as a literal, and each literal compiled a copy of this function
+# (three on a first run, ~0.35 s each).
 @njit(cache=True, fastmath={"reassoc", "contract", "nsz"})
-def _accumulate(out, kernel, f, batch, rates, tensor_flops, sparse_flops, csr_flops,
-                weight_bytes, feat_unfused, feat_fused, vflops):
+def _accumulate(out, batch, rates, ft, fs, fc, wb, fu, ff, vflops):
     s_tensor = batch * rates[HW_INV_TENSOR]
     s_sparse = batch * rates[HW_INV_SPARSE]
     s_csr = batch * rates[HW_INV_CSR]
     s_vector = batch * rates[HW_INV_VECTOR]
     inv_bw = rates[HW_INV_BW]
-    ft = tensor_flops[kernel, f]
-    fs = sparse_flops[kernel, f]
-    fc = csr_flops[kernel, f]
-    wb = weight_bytes[kernel, f]
-    fu = feat_unfused[kernel, f]
-    ff = feat_fused[kernel, f]
     unfused = 0.0
     fused = 0.0
     compute = 0.0
@@ -108,7 +105,10 @@ def _accumulate(out, kernel, f, batch, rates, tensor_flops, sparse_flops, csr_fl
     out[T_FEATURES_FUSED] = features_fused * batch
 
 
-@njit(cache=True)
+# Inlined into both totals kernels (numba IR, before typing): compiled as a function of its
+# own it cost a first run ~0.3 s more. It does no floating-point arithmetic of its own, so
+# the caller's flags (no fastmath) change nothing; the sums stay in `_accumulate`.
+@njit(inline="always")
 def _one_design(out, d, hw, native_ok, fallback_ops, batches, tensor_flops, sparse_flops,
                 csr_flops, weight_bytes, feat_unfused, feat_fused, vflops):
     n_fmt = tensor_flops.shape[1]
@@ -116,15 +116,22 @@ def _one_design(out, d, hw, native_ok, fallback_ops, batches, tensor_flops, spar
     h = d // (n_fmt * n_batch)
     f = (d // n_batch) % n_fmt
     batch = batches[d % n_batch]
-    if native_ok[h, f] or fallback_ops[f] == 0:
-        _accumulate(out[d, 0], KERNEL_OWN, f, batch, hw[h], tensor_flops, sparse_flops,
-                    csr_flops, weight_bytes, feat_unfused, feat_fused, vflops)
-        out[d, 1, :] = out[d, 0, :]
+    own = native_ok[h, f] or fallback_ops[f] == 0
+    # Two call sites, not three: each inlined call compiles its slices (~0.07 s a first run).
+    k = KERNEL_OWN if own else KERNEL_DENSE
+    _accumulate(out[d, 0], batch, hw[h], tensor_flops[k, f], sparse_flops[k, f],
+                csr_flops[k, f], weight_bytes[k, f], feat_unfused[k, f], feat_fused[k, f],
+                vflops)
+    if own:
+        # An element loop, not `out[d, 1, :] = out[d, 0, :]`: numba's slice assignment
+        # compiles its shape-mismatch message (string formatting), ~1.9 s on a first run.
+        for c in range(TOTAL_COLUMNS):
+            out[d, 1, c] = out[d, 0, c]
     else:
-        _accumulate(out[d, 0], KERNEL_DENSE, f, batch, hw[h], tensor_flops, sparse_flops,
-                    csr_flops, weight_bytes, feat_unfused, feat_fused, vflops)
-        _accumulate(out[d, 1], KERNEL_CSR, f, batch, hw[h], tensor_flops, sparse_flops,
-                    csr_flops, weight_bytes, feat_unfused, feat_fused, vflops)
+        k = KERNEL_CSR
+        _accumulate(out[d, 1], batch, hw[h], tensor_flops[k, f], sparse_flops[k, f],
+                    csr_flops[k, f], weight_bytes[k, f], feat_unfused[k, f], feat_fused[k, f],
+                    vflops)
 
 
 # Two kernels, not one function compiled twice: numba's cache keys on the function, not on
@@ -165,7 +172,9 @@ def design_totals(hw, native_ok, fallback_ops, batches, tensor_flops, sparse_flo
                   weight_bytes, feat_unfused, feat_fused, vflops)
 
 
-@njit(cache=True)
+# Inlined, as `_one_design` (~0.15 s less to compile for the serial kernel, ~0.3 s for the
+# parallel one); the same flags as its callers (no fastmath), so the same arithmetic.
+@njit(inline="always")
 def _one_design_per_op(d, hw, kernels, batches, tensor_flops, sparse_flops, csr_flops,
                        weight_bytes, feat_unfused, feat_fused, vflops, compute, memory,
                        memory_fused, op_flops, op_wbytes):
@@ -194,29 +203,71 @@ def _one_design_per_op(d, hw, kernels, batches, tensor_flops, sparse_flops, csr_
 def _per_op_serial(hw, kernels, batches, tensor_flops, sparse_flops, csr_flops, weight_bytes,
                    feat_unfused, feat_fused, vflops):
     shape = (hw.shape[0] * tensor_flops.shape[1] * batches.shape[0], tensor_flops.shape[2])
-    outs = (np.empty(shape), np.empty(shape), np.empty(shape), np.empty(shape), np.empty(shape))
+    compute, memory, memory_fused = np.empty(shape), np.empty(shape), np.empty(shape)
+    op_flops, op_wbytes = np.empty(shape), np.empty(shape)
     for d in range(shape[0]):
         _one_design_per_op(d, hw, kernels, batches, tensor_flops, sparse_flops, csr_flops,
-                           weight_bytes, feat_unfused, feat_fused, vflops, *outs)
-    return outs
+                           weight_bytes, feat_unfused, feat_fused, vflops, compute, memory,
+                           memory_fused, op_flops, op_wbytes)
+    return compute, memory, memory_fused, op_flops, op_wbytes
 
 
 @njit(cache=True, parallel=True)
 def _per_op_parallel(hw, kernels, batches, tensor_flops, sparse_flops, csr_flops, weight_bytes,
                      feat_unfused, feat_fused, vflops):
     shape = (hw.shape[0] * tensor_flops.shape[1] * batches.shape[0], tensor_flops.shape[2])
-    outs = (np.empty(shape), np.empty(shape), np.empty(shape), np.empty(shape), np.empty(shape))
+    compute, memory, memory_fused = np.empty(shape), np.empty(shape), np.empty(shape)
+    op_flops, op_wbytes = np.empty(shape), np.empty(shape)
     for d in prange(shape[0]):
         _one_design_per_op(d, hw, kernels, batches, tensor_flops, sparse_flops, csr_flops,
-                           weight_bytes, feat_unfused, feat_fused, vflops, *outs)
-    return outs
+                           weight_bytes, feat_unfused, feat_fused, vflops, compute, memory,
+                           memory_fused, op_flops, op_wbytes)
+    return compute, memory, memory_fused, op_flops, op_wbytes
+
+
+def _per_op_numpy(hw, kernels, batches, tensor_flops, sparse_flops, csr_flops, weight_bytes,
+                  feat_unfused, feat_fused, vflops):
+    """:func:`_per_op_serial` in numpy, bit for bit: every output element is the same IEEE
+    operations in the same order (no sums over ops, and the kernels compile without fastmath,
+    so nothing is contracted into an FMA); ``max(a, b)`` is numba's (Python's)
+    ``b if b > a else a``. Needs no compilation: a small grid's first call is not a compile."""
+    n_fmt, n_batch = tensor_flops.shape[1], batches.shape[0]
+    d = np.arange(hw.shape[0] * n_fmt * n_batch)
+    h, f = d // (n_fmt * n_batch), (d // n_batch) % n_fmt
+    batch = batches[d % n_batch][:, None]
+    k = kernels
+    rates = hw[h]
+    s_tensor = batch * rates[:, HW_INV_TENSOR, None]
+    s_sparse = batch * rates[:, HW_INV_SPARSE, None]
+    s_csr = batch * rates[:, HW_INV_CSR, None]
+    s_vector = batch * rates[:, HW_INV_VECTOR, None]
+    inv_bw = rates[:, HW_INV_BW, None]
+    ft, fs, fc = tensor_flops[k, f], sparse_flops[k, f], csr_flops[k, f]
+    wb = weight_bytes[k, f]
+    with np.errstate(all="ignore"):  # IEEE results, silent, as the compiled loop gives them
+        tensor = ft * s_tensor + fs * s_sparse
+        vector = fc * s_csr + vflops * s_vector
+        compute = np.where(vector > tensor, vector, tensor)
+        memory = (wb + feat_unfused[k, f] * batch) * inv_bw
+        memory_fused = (wb + feat_fused[k, f] * batch) * inv_bw
+        op_flops = (ft + fs + fc) * batch
+    return compute, memory, memory_fused, op_flops, wb
+
+
+#: Below this many op-evaluations :func:`per_op` runs in numpy: as fast as the compiled loop
+#: at these sizes, and nothing to compile (a command's first run on a fresh cache).
+NUMPY_MAX_OP_EVALS = 20_000
 
 
 def per_op(hw, kernels, batches, tensor_flops, sparse_flops, csr_flops, weight_bytes,
            feat_unfused, feat_fused, vflops):
     """Per-design, per-op costs, arrays ``(D, P)``, design d running ``kernels[d]``
-    (``KERNEL_*``): compute time, unfused and fused memory time, useful FLOPs, weight bytes."""
+    (``KERNEL_*``): compute time, unfused and fused memory time, useful FLOPs, weight bytes.
+    Small grids (below ``NUMPY_MAX_OP_EVALS``) in numpy, the same bits as the kernels."""
     work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]
+    if work < NUMPY_MAX_OP_EVALS:
+        return _per_op_numpy(hw, kernels, batches, tensor_flops, sparse_flops, csr_flops,
+                             weight_bytes, feat_unfused, feat_fused, vflops)
     kernel = _per_op_parallel if work >= PARALLEL_MIN_OP_EVALS else _per_op_serial
     return kernel(hw, kernels, batches, tensor_flops, sparse_flops, csr_flops, weight_bytes,
                   feat_unfused, feat_fused, vflops)
