@@ -7,35 +7,17 @@ import argparse
 import datetime
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
-
-from ..calibrate.predictor import (
-    RESIDUALS,
-    CalibrationError,
-    reference_hardware,
-    save_predictors,
-    warm_capacity,
-)
-from ..calibrate.validate import (
-    METHODS,
-    calibrate,
-    choose_methods,
-    device_rows,
-    held_out_models,
-    noise_floor,
-    speedup_summary,
-    validated_predictions,
-    validation_table,
-    whole_model_table,
-    with_in_sample,
-)
-from ..measure.dataset import concat, load_dataset, shipped_datasets
 from . import spmv_estimator
 from .commands import help_of
+from .names import RESIDUALS, shipped_datasets
 from .options import check_outputs, identifier, nonempty_text, path_value, seed
 from .progress import StatusLine
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 __all__ = ["add_parsers"]
 
@@ -87,6 +69,8 @@ def add_parsers(commands) -> None:
 
 
 def _whole_models(values: list[str]) -> dict[str, list[Path]]:
+    from ..calibrate.predictor import CalibrationError
+
     out: dict[str, list[Path]] = {}
     for value in values:
         name, sep, path = value.partition("=")
@@ -113,7 +97,10 @@ def _read_whole_models(paths: list[Path]) -> pd.DataFrame:
     """The measured whole models of the files: ``model,variant,batch,median_s`` tables as
     they are, ``dse measure`` datasets (a ``family`` column) through
     :func:`dse.measure.dataset.whole_model_rows`."""
-    from ..measure.dataset import whole_model_rows
+    import pandas as pd
+
+    from ..calibrate.predictor import CalibrationError
+    from ..measure.dataset import load_dataset, whole_model_rows
 
     frames = []
     for path in paths:
@@ -137,6 +124,11 @@ def _read_whole_models(paths: list[Path]) -> pd.DataFrame:
 def _check_whole_model_values(frame: pd.DataFrame, path: Path) -> None:
     """Each row a model and variant by name, a whole batch >= 1 and a positive finite median
     time (empty: not measured); refused in one line naming the file, the row and the column."""
+    import numpy as np
+    import pandas as pd
+
+    from ..calibrate.predictor import CalibrationError
+
     batch = pd.to_numeric(frame["batch"], errors="coerce").to_numpy(dtype=float)
     median = pd.to_numeric(frame["median_s"], errors="coerce").to_numpy(dtype=float)
     given = frame["median_s"].notna().to_numpy()
@@ -160,10 +152,14 @@ def _check_whole_model_values(frame: pd.DataFrame, path: Path) -> None:
 
 
 def _pct(value: float) -> str:
+    import numpy as np
+
     return "-" if not np.isfinite(value) else f"{value:.0%}"
 
 
 def _print_validation(table: pd.DataFrame, speedups: pd.DataFrame, noise: dict) -> None:
+    from ..calibrate.validate import METHODS
+
     shown = table.copy()
     others = [f"rmspe_{m}" for m in METHODS]
     for column in ["rmspe", "within_5", "within_10", "within_25", "rmspe_physical",
@@ -217,6 +213,8 @@ def with_warm_capacity(predictors, sources: list[str]):
     """``predictors`` with the last-level cache of the spec their warm timings were taken on
     (:func:`dse.calibrate.predictor.warm_capacity`), and a note line where none is known: then
     every op of a model is priced warm, however large, and the user should know."""
+    from ..calibrate.predictor import CalibrationError, reference_hardware, warm_capacity
+
     try:  # the caches the device's warm timings were taken in
         hardware = reference_hardware(predictors, sources)
     except CalibrationError as exc:
@@ -232,6 +230,21 @@ def with_warm_capacity(predictors, sources: list[str]):
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from ..calibrate.predictor import CalibrationError, reference_hardware, save_predictors
+    from ..calibrate.validate import (
+        calibrate,
+        choose_methods,
+        device_rows,
+        held_out_models,
+        noise_floor,
+        speedup_summary,
+        validated_predictions,
+        validation_table,
+        whole_model_table,
+        with_in_sample,
+    )
+    from ..measure.dataset import concat, load_dataset
+
     if args.estimator == "spmv-cnn":
         return spmv_estimator.run(args)
     if args.hold_out_models and not args.whole_models:
@@ -298,6 +311,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def _print_held_out(name: str, in_sample: pd.DataFrame, held: pd.DataFrame) -> None:
     """Per model: the whole-model error with the model's shapes in the training data (what
     the table above shows) beside the error with every shape of the model held out."""
+    import numpy as np
+    import pandas as pd
+
     if held.empty:
         print(f"\n{name}: no whole model to hold out")
         return
@@ -336,6 +352,8 @@ def _print_held_out(name: str, in_sample: pd.DataFrame, held: pd.DataFrame) -> N
 
 def _side(x: pd.Series) -> np.ndarray:
     """-1 slower, 0 within 1% of dense, +1 faster."""
+    import numpy as np
+
     return np.where(np.abs(x - 1) < 0.01, 0, np.sign(x - 1))
 
 
@@ -343,6 +361,9 @@ def _print_whole_models(name: str, table: pd.DataFrame, context: dict,
                         measured: pd.DataFrame | None = None, roofline: str = "bound") -> None:
     """``roofline``: what the roofline column is on the reference spec: ``bound`` on peaks,
     ``ceiling roofline`` on a probe's measured ceilings (which a run may beat)."""
+    import numpy as np
+    import pandas as pd
+
     def ms(v):
         return f"{v * 1e3:.3f}"
 

@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import argparse
 import re
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from formats import GRAMMAR_HELP
-from workloads import llm_names, trace_names
 
-from .. import design_columns
-from ..api import evaluate_layers
-from ..calibrate.expected import expected_designs
-from ..design_columns import language_model_columns, with_language_model_columns
-from ..output import format_seconds, write_table
-from ..roofline import evaluate
 from .commands import help_of
+from .names import llm_names, trace_names
 from .options import (
     CALIBRATED_FIX,
     TORCH_NOTE,
@@ -36,7 +29,9 @@ from .options import (
     torch_runs_otherwise,
     with_dtype_columns,
 )
-from .tables import calibration_note, missing, seconds_column, share
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["add_parsers", "check_quantisation", "fallback_summary", "language_model_columns"]
 
@@ -66,6 +61,15 @@ def add_parsers(commands) -> None:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)])
     d = design_from_args(args)
+    import pandas as pd
+
+    from ..api import evaluate_layers
+    from ..calibrate.expected import expected_designs
+    from ..design_columns import with_language_model_columns
+    from ..output import write_table
+    from ..roofline import evaluate
+    from .tables import calibration_note
+
     check_quantisation(args, d)
     predictors = predictors_from_args(args)
     backend = backend_from_args(args)
@@ -124,11 +128,17 @@ def check_quantisation(args: argparse.Namespace, d) -> None:
 def with_energy_and_memory(table: pd.DataFrame, trace, d) -> pd.DataFrame:
     """The designs with energy, power (and the cap) and memory (peak, fits) columns: the
     library's :func:`dse.design_columns.with_energy_and_memory` of the options' design."""
+    from .. import design_columns
+
     return design_columns.with_energy_and_memory(table, trace, d.hardware, d.formats,
                                                  d.batches, d.fusions, d.scope, d.numerics)
 
 
 def _language_model_table(table: pd.DataFrame, trace) -> str:
+    import pandas as pd
+
+    from .tables import seconds_column
+
     p = trace.provenance
     decode = p["phase"] == "decode"
     shown = pd.DataFrame({
@@ -163,6 +173,11 @@ def _language_model_table(table: pd.DataFrame, trace) -> str:
 
 def _energy_table(table: pd.DataFrame) -> str:
     """Energy, power and memory per design: what an architect weighs against latency."""
+    import pandas as pd
+
+    from ..output import format_seconds
+    from .tables import missing
+
     def fits(value) -> str:
         return missing() if pd.isna(value) else ("yes" if value else "NO")
 
@@ -206,6 +221,10 @@ def _fallbacks(row) -> str:
 
 
 def _design_table(table: pd.DataFrame, trace, numerics) -> str:
+    import pandas as pd
+
+    from .tables import seconds_column, share
+
     latency = seconds_column(table["latency_s"], "latency")
     dense = seconds_column(table["dense_latency_s"], "dense")
     shown = pd.DataFrame({
@@ -240,6 +259,10 @@ def _design_table(table: pd.DataFrame, trace, numerics) -> str:
 
 
 def _layer_table(table: pd.DataFrame) -> str:
+    import pandas as pd
+
+    from .tables import missing, seconds_column
+
     shown = table[["hardware", "format", "batch", "fusion", "op", "kind", "unit", "fallback",
                    "bound"]].copy()
     for column in ("compute", "memory", "time"):
@@ -253,3 +276,11 @@ def _layer_table(table: pd.DataFrame) -> str:
         shown["predictor"] = table["predictor"].str.split(":").str[1:].str.join(":")
     shown["fallback"] = shown["fallback"].replace("", missing())
     return shown.to_string(index=False)
+
+
+def language_model_columns(*args, **kwargs):
+    """:func:`dse.design_columns.language_model_columns`, imported when called (it loads the
+    roofline engine)."""
+    from ..design_columns import language_model_columns as columns
+
+    return columns(*args, **kwargs)

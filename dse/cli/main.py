@@ -70,12 +70,27 @@ def light_parser() -> Parser:
     return parser
 
 
-def build_parser() -> Parser:
-    """The whole parser: every command module's, in the order of :data:`COMMANDS`."""
+def build_parser(command: str | None = None) -> Parser:
+    """The whole parser: every command module's, in the order of :data:`COMMANDS`. With
+    ``command``, only the module that builds that command's parser is imported; the others'
+    commands are listed by name and help, as in :func:`light_parser`: a refused argument of one
+    command then costs no other command's imports."""
     parser, commands = _top_parser()
     for module in dict.fromkeys(module for module, _text in COMMANDS.values()):
-        importlib.import_module(f"{__package__}.{module}").add_parsers(commands)
+        if command is None or COMMANDS[command][0] == module:
+            importlib.import_module(f"{__package__}.{module}").add_parsers(commands)
+        else:
+            for name, (owner, text) in COMMANDS.items():
+                if owner == module:
+                    commands.add_parser(name, help=text)
     return parser
+
+
+def _command_of(given: Sequence[str]) -> str | None:
+    """The command ``given`` names (its first word that is not an option: the top-level parser
+    takes no option with a value), or None where that is not one of :data:`COMMANDS`."""
+    first = next((word for word in given if not word.startswith("-")), None)
+    return first if first in COMMANDS else None
 
 
 class StdoutError(Exception):
@@ -140,8 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             light_parser().parse_args(given)  # prints the help or the version, and exits
         from .first_run import first_run_done, note_first_compile
 
-        parser = build_parser()
-        args = parser.parse_args(argv)
+        parser = build_parser(_command_of(given))
+        args = parser.parse_args(given)
         # The command as run, for the files that record it (reports, datasets, probes,
         # predictors): credentials masked here, once, for every one of them.
         args.command_line = masked_command(sys.argv[1:] if argv is None else argv)

@@ -19,27 +19,25 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-import accelerator_models
-from accelerator_models import Accelerator
-from formats import parse as parse_format
-from workloads import MAX_BATCH, Trace, load_model
-from workloads.llm import PHASES, check_priceable
-
-from .. import api
-from ..calibrate.predictor import DevicePredictors, load_predictors
-from ..design_columns import with_dtype_columns
-from ..explore import EVALUATORS, ROOFLINE, Evaluator, Simulator
 from ..measure.budget import MAX_BUDGET_S, duration_text, parse_duration
-from ..output import OutputError, check_output_path
-from ..roofline import SCOPES, EvaluationError, Numerics
-from ..roofline.evaluator import fusion_models
-from ..roofline.numerics import DEFAULT_INT4_GROUP, DTYPE_BYTES, WEIGHT_DTYPE_BYTES
-from ..sim import LOCAL, SimConfig, SimulationError
+from .names import DEFAULT_INT4_GROUP, EVALUATORS, LOCAL, MAX_BATCH, PHASES, SCOPES, fusion_models
+from .names import DTYPES as DTYPE_BYTES
+from .names import WEIGHT_DTYPES as WEIGHT_DTYPE_BYTES
 from .parser import OptionValueError, Parser
 from .progress import StatusLine
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from accelerator_models import Accelerator
+    from workloads import Trace
+
+    from ..calibrate.predictor import DevicePredictors
+    from ..explore import Evaluator
+    from ..roofline import Numerics
+    from ..sim import SimConfig
 
 __all__ = [
     "CALIBRATED_FIX",
@@ -380,6 +378,8 @@ def numerics_from_args(args: argparse.Namespace, hardware=()) -> Numerics:
     """The run's numerics; a dtype not given is fp16 where every accelerator of ``hardware``
     has an fp16 rate, else the first dtype they all have (a CPU spec from ``dse hw probe``
     has no fp16 rate): see :func:`assumed_dtypes` for what was assumed."""
+    from ..roofline import Numerics
+
     dtype, vector = args.dtype, args.vector_dtype
     if dtype is None:
         dtype = next((d for d in ("fp16", "bf16", "tf32")
@@ -454,6 +454,11 @@ def _unique(values: Sequence[str]) -> list[str]:
 def design_from_args(args: argparse.Namespace) -> Design:
     """Load and check what the design options name (the command's defaults where an option is
     not given). Bad names, formats and hardware raise the ground packages' one-line errors."""
+    import accelerator_models
+    from formats import parse as parse_format
+    from workloads import load_model
+    from workloads.llm import check_priceable
+
     single = getattr(args, "single_options", ())
     given = {"--model": args.models, "--hw": args.hardware, "--format": args.formats,
              "--batch": args.batches, "--fusion": getattr(args, "fusions", None)}
@@ -467,12 +472,16 @@ def design_from_args(args: argparse.Namespace) -> Design:
         raise InputError(f"--hw {','.join(last['--hw'])!r}: no hardware name; give a catalog "
                          "name (see `dse hw list`) or a spec .toml, e.g. --hw a100")
     if "--hw" in single and len(names) > 1:
+        from ..roofline import EvaluationError
+
         raise EvaluationError(f"--hw {','.join(names)}: {args.command_name} takes one "
                               "accelerator; give one name")
     traces = [load_model(m, getattr(args, "phase", None), getattr(args, "context", None))
               for m in _unique(last["--model"])]
     language = any(t.provenance.get("phase") for t in traces)
     hardware = [accelerator_models.load(h, args.overrides) for h in names]
+    from ..roofline import Numerics  # the engine (numba), once the names are known good
+
     design = Design(
         traces=traces,
         hardware=hardware,
@@ -501,6 +510,8 @@ CALIBRATED_FIX = ("a shipped predictor set (h100-sxm, cpu-amd-epyc-2c) or a file
 def predictors_from_args(args: argparse.Namespace) -> DevicePredictors | None:
     """The kernel predictors ``--calibrated DEVICE`` names (a shipped set or a file of ``dse
     calibrate --out``), None without it; a bad DEVICE raises ``CalibrationError``'s one line."""
+    from ..calibrate.predictor import load_predictors
+
     name = getattr(args, "calibrated", None)
     return load_predictors(name) if name else None
 
@@ -510,6 +521,8 @@ def expected_ops(trace: Trace, design: Design, predictors: DevicePredictors,
     """Every op of every design of ``trace`` on ``design``'s hardware, formats and batches,
     priced by ``predictors``: :func:`dse.api.expected_ops` of the options' design (unfused
     whatever ``--fusion`` says; ``backend`` as there)."""
+    from .. import api
+
     return api.expected_ops(trace, design.hardware, design.formats, design.batches, predictors,
                             design.scope, design.numerics, backend)
 
@@ -572,6 +585,8 @@ def _probe_writable(folder: Path, option: str, path: Path) -> None:
     """Create and remove a file in ``folder``: what a result will do, and the only test that
     tells a read-only mount, ``/proc`` or ``/sys`` apart when ``os.access`` says yes (it
     always does for root)."""
+    from ..output import OutputError
+
     try:
         handle, name = tempfile.mkstemp(prefix=".dse-write-check-", dir=folder)
     except OSError as exc:
@@ -593,6 +608,8 @@ def check_outputs(files: Sequence[tuple] = (), folders: Sequence[tuple[str, Path
     ``inputs``: ``(option, path)`` or ``(option, path, kind)`` (``"file"``, ``"folder"`` or
     ``"any"``, the default) of inputs given as paths: they exist and can be read. ``None``
     paths are skipped."""
+    from ..output import check_output_path
+
     for option, path, *kind in inputs:
         if path is not None:
             _check_input(option, Path(path), kind[0] if kind else "any")
@@ -609,6 +626,8 @@ def check_outputs(files: Sequence[tuple] = (), folders: Sequence[tuple[str, Path
 
 def _check_folder(option: str, path: Path) -> None:
     """A folder a command creates or fills: not a file, its parent there, writable."""
+    from ..output import OutputError
+
     if path.exists() and not path.is_dir():
         raise OutputError(f"{option} {path}: is a file, not a folder; give a folder")
     parent = path if path.is_dir() else (path.parent if str(path.parent) else Path("."))
@@ -695,12 +714,16 @@ def add_evaluator_options(p: argparse.ArgumentParser, workers: bool = True,
 def sim_config_from_args(args: argparse.Namespace) -> SimConfig:
     """The SimConfig the options give (defaults where not given), checked; errors name the
     option."""
+    from ..sim import SimConfig
+
     given = {f: getattr(args, f) for f in SIM_OPTIONS if getattr(args, f) is not None}
     return SimConfig(**given).check(names=SIM_OPTIONS)
 
 
 def refuse_unused_sim_options(args: argparse.Namespace) -> None:
     """Simulator options without --evaluator simulate would be silently ignored: refuse them."""
+    from ..sim import SimulationError
+
     if getattr(args, "evaluator", None) == "simulate":
         return
     for field, option in SIM_OPTIONS.items():
@@ -714,6 +737,8 @@ def refuse_unused_sim_options(args: argparse.Namespace) -> None:
 def evaluator_from_args(args: argparse.Namespace) -> Evaluator:
     """The roofline, or the simulator with the options' settings and fan-out (refusing simulator
     options given without --evaluator simulate)."""
+    from ..explore import ROOFLINE, Simulator
+
     refuse_unused_sim_options(args)
     if args.evaluator != "simulate":
         return ROOFLINE
@@ -724,3 +749,11 @@ def evaluator_from_args(args: argparse.Namespace) -> Evaluator:
     return Simulator(sim_config_from_args(args), workers=workers, dask=dask,
                      progress=StatusLine("simulated", "designs"))
 
+
+
+def with_dtype_columns(*args, **kwargs):
+    """:func:`dse.design_columns.with_dtype_columns`, imported when called (it loads the
+    roofline engine)."""
+    from ..design_columns import with_dtype_columns as add
+
+    return add(*args, **kwargs)

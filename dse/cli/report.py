@@ -4,21 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from workloads import trace_names
-
-from ..calibrate.predictor import CalibrationError
-from ..comparison import compare
-from ..explore import Calibrated, SweepError, feature_overhead, parse_vary, sweep
-from ..explore.studies import DEFAULT_BATCHES, DEFAULT_FORMATS
-from ..output import FileSet, write_table
 from .commands import help_of
-from .evaluate import (
-    check_quantisation,
-    fallback_summary,
-)
+from .names import DEFAULT_BATCHES, DEFAULT_FORMATS, trace_names
 from .options import (
     CALIBRATED_FIX,
     TORCH_NOTE,
@@ -39,7 +28,9 @@ from .options import (
     torch_runs_otherwise,
 )
 from .progress import StatusLine
-from .tables import calibration_note, expectation_line, missing, predictors_used, share
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["add_parsers", "write_search_report"]
 
@@ -152,14 +143,19 @@ def add_parsers(commands) -> None:
 # --- commands ---------------------------------------------------------------------------------
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from reports.design_report import design_report
-
     check_outputs(folders=[("--out", args.out)],
                   inputs=[("--accuracy-table", args.accuracy_table, "file")])
     if args.measured and not args.calibrated:
+        from ..calibrate.predictor import CalibrationError
+
         raise CalibrationError("--measured draws measured kernels beside the expectation; "
                                "give --calibrated DEVICE too")
     d = design_from_args(args)
+    from reports.design_report import design_report
+
+    from ..calibrate.predictor import CalibrationError
+    from .evaluate import check_quantisation
+
     check_quantisation(args, d)
     report = design_report(d.traces, d.hardware, d.formats, d.batches, fusion=d.fusions[0],
                            scope=d.scope, numerics=d.numerics,
@@ -182,6 +178,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _comparison_text(frame: pd.DataFrame) -> str:
+    import pandas as pd
+
+    from .evaluate import fallback_summary
+    from .tables import missing
+
     shown = pd.DataFrame({
         "model": frame["model"], "format": frame["format"], "batch": frame["batch"],
         **({"fusion": frame["fusion"]} if frame["fusion"].nunique() > 1 else {}),
@@ -217,6 +218,11 @@ def _comparison_text(frame: pd.DataFrame) -> str:
 def _cmd_compare(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)], folders=[("--report", args.report)])
     d = design_from_args(args)
+    from ..comparison import compare
+    from ..output import write_table
+    from .evaluate import check_quantisation
+    from .tables import calibration_note
+
     check_quantisation(args, d)
     backend = backend_from_args(args)
     c = compare(d.traces, d.hardware, d.formats, d.batches, fusion=d.fusions, scope=d.scope,
@@ -244,8 +250,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)], folders=[("--report", args.report)])
+    from ..explore import Calibrated, SweepError, parse_vary, sweep
+
     varies = [parse_vary(v) for v in args.vary]
     d = design_from_args(args)  # a bad --hw, --set or --format fails before sweeping
+    from ..output import FileSet, write_table
+    from .evaluate import check_quantisation
+    from .tables import expectation_line, predictors_used
+
     check_quantisation(args, d)
     evaluator = evaluator_from_args(args)
     predictors = predictors_from_args(args)
@@ -276,6 +288,8 @@ def _sweep_report(folder, frame: pd.DataFrame, varies, predictors) -> None:
     """The sweep's report, written into ``folder``."""
     import reports
 
+    from .tables import predictors_used
+
     beside = "" if predictors is None else \
         f": bound and expected (predictors {predictors.name})"
     sections = []
@@ -301,6 +315,8 @@ def _sweep_report(folder, frame: pd.DataFrame, varies, predictors) -> None:
 
 def _sweep_summary(frame: pd.DataFrame, varies) -> str:
     """What a sweep covered and the range of what it found, per model and format."""
+    import pandas as pd
+
     dims = "; ".join(f"{v.name} {len(v.values)} values, {min(v.values):g} to {max(v.values):g}"
                      for v in varies)
     rows = []
@@ -330,6 +346,10 @@ _FITS_SHOWN = 40
 
 def _fits_summary(frame: pd.DataFrame, varies) -> str:
     """The largest swept batch that fits in DRAM, per model, format and hardware point."""
+    import pandas as pd
+
+    from .tables import missing
+
     if "fits" not in frame or frame["fits"].isna().all():
         return ""
     knobs = [v.column for v in varies if v.name.startswith("hw.") and v.column in frame]
@@ -364,11 +384,14 @@ def _at(row, columns) -> str:
 
 
 def _cmd_feature_overhead(args: argparse.Namespace) -> int:
+    check_outputs(folders=[("--out", args.out)])
+    d = design_from_args(args)
     import accelerator_models
     import reports
 
-    check_outputs(folders=[("--out", args.out)])
-    d = design_from_args(args)
+    from ..explore import feature_overhead
+    from .tables import missing, share
+
     study = feature_overhead(d.traces, d.hardware_names[0], d.overrides, d.formats, d.batches,
                              args.threshold, args.tornado_format,
                              tornado_model=args.tornado_model, fusion=d.fusions[0],

@@ -5,16 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
-
-from search.target import DEFAULT_MAX_ACC_DROP, OBJECTIVES
-from workloads.llm import PHASES
-
-from ..accuracy.llm_table import LLM_METRICS
-from ..roofline.numerics import DEFAULT_INT4_GROUP, DTYPE_BYTES, WEIGHT_DTYPE_BYTES
 from .commands import help_of
+from .names import DEFAULT_INT4_GROUP, DEFAULT_MAX_ACC_DROP, LLM_METRICS, OBJECTIVES, PHASES
+from .names import DTYPES as DTYPE_BYTES
+from .names import WEIGHT_DTYPES as WEIGHT_DTYPE_BYTES
 from .options import (
     CALIBRATED_FIX,
     MAX_WEIGHT_GROUP,
@@ -35,7 +31,10 @@ from .options import (
     sim_config_from_args,
 )
 from .progress import StatusLine
-from .tables import predictors_used
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 __all__ = ["add_parsers"]
 
@@ -323,11 +322,15 @@ def _check_drop_unit(args: argparse.Namespace) -> None:
 # --- the printed report -----------------------------------------------------------------------
 
 def _fmt(value: float, spec: str) -> str:
+    import pandas as pd
+
     return "" if pd.isna(value) else format(value, spec)
 
 
 def report(outcome, top: int) -> str:
     """Ranked tables per model and batch, and why the other candidates missed."""
+    import pandas as pd
+
     problem = outcome.problem
     results, ranked = outcome.results, outcome.ranked
     target = problem.target
@@ -410,6 +413,8 @@ def _shown(value) -> str:
 def _dense_first(results, here, problem) -> list[str]:
     """A calibrated search says first when no sparse candidate is expected to beat dense:
     a target over a slower baseline can still be met, and that reads as a win it is not."""
+    import numpy as np
+
     speed = problem.speed
     sparse = here & candidate_rows(results) & (results["format"] != "dense").to_numpy()
     if not sparse.any() or speed not in results:
@@ -449,6 +454,8 @@ def _llm_accuracy_line(problem) -> str:
 
 def _accuracy_text(problem):
     """How an accuracy value reads in the report: ``(value, status) -> text``."""
+    import pandas as pd
+
     if not getattr(problem, "lower_is_better", False):
         return lambda value, status: f"accuracy {_fmt(value, '.2f')} ({status})"
     perplexity = problem.metric == "wikitext2_ppl"
@@ -464,6 +471,8 @@ def _accuracy_text(problem):
 
 def _baseline_line(results, here, formats, target, speed: str = "speedup",
                    accuracy_text=None) -> list[str]:
+    import numpy as np
+
     rows = np.flatnonzero(here & (formats == target.baseline.name))
     if len(rows) == 0:
         return []
@@ -482,6 +491,9 @@ def _baseline_line(results, here, formats, target, speed: str = "speedup",
 
 
 def _ranked_lines(group: pd.DataFrame, problem, top: int) -> list[str]:
+    import numpy as np
+    import pandas as pd
+
     target = problem.target
     if group.empty:
         return ["  no design meets the target" if target is not None else "  no design ranked"]
@@ -548,6 +560,8 @@ def _ranked_lines(group: pd.DataFrame, problem, top: int) -> list[str]:
 def _calibration_lines(results: pd.DataFrame, problem) -> list[str]:
     """What the expectation is, the predictors that priced the designs' ops with their
     held-out errors, and every op family priced without its own data."""
+    from .tables import predictors_used
+
     predictors = problem.predictors
     return [f"ranked by the expected speedup: kernels as measured on {predictors.name} "
             f"(reference {predictors.reference_hw}), one op at a time (unfused) whatever the "
@@ -558,6 +572,9 @@ def _calibration_lines(results: pd.DataFrame, problem) -> list[str]:
 def _two_answers(results: pd.DataFrame, here: np.ndarray, problem) -> list[str]:
     """The best design by the expectation beside the best by the bound (one model and batch),
     each with both speedups, when the two differ."""
+    import numpy as np
+    import pandas as pd
+
     def best(column: str) -> int | None:
         ranks = results[column].to_numpy(dtype=np.float64, na_value=np.nan)
         rows = np.flatnonzero(here & (ranks == 1))
@@ -592,6 +609,8 @@ def _two_answers(results: pd.DataFrame, here: np.ndarray, problem) -> list[str]:
 
 
 def _misses(missed: np.ndarray, formats: pd.Categorical, verdicts: pd.Categorical) -> list[str]:
+    import pandas as pd
+
     if not missed.any():
         return []
     parts = []

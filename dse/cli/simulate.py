@@ -5,14 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from ..api import CalibratedSimulation, simulate
-from ..output import FileSet, format_seconds, write_table
-from ..sim import SimulationError
 from .commands import help_of
-from .evaluate import check_quantisation, fallback_summary
 from .options import (
     CALIBRATED_FIX,
     Default,
@@ -29,7 +24,9 @@ from .options import (
     with_dtype_columns,
 )
 from .progress import StatusLine
-from .tables import predictor_error
+
+if TYPE_CHECKING:
+    from ..api import CalibratedSimulation
 
 __all__ = ["add_parsers"]
 
@@ -73,6 +70,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out), ("--timeline", args.timeline)],
                   folders=[("--report", args.report)])
     d = design_from_args(args)
+    from ..api import CalibratedSimulation, simulate
+    from ..output import FileSet, write_table
+    from ..sim import SimulationError
+    from .evaluate import check_quantisation
+
     check_quantisation(args, d)
     if args.calibrated is not None and d.fusions[0] != "unfused":
         raise SimulationError(f"--calibrated with --fusion {d.fusions[0]}: kernel predictors "
@@ -108,12 +110,16 @@ def _bytes(value: float) -> str:
 
 def _clean(seconds: float, scale: float) -> str:
     """Seconds for printing, with floating-point noise (below 1e-9 of ``scale``) shown as 0."""
+    from ..output import format_seconds
+
     return format_seconds(0.0 if abs(seconds) < 1e-9 * scale else seconds)
 
 
 def _fallback_line(result) -> str:
     """``fallbacks: 41 hw->dense of 53 ops: ...``: the ops that do not run the format's own
     kernel, why (shape or hardware) and how (dense or CSR); ``fallbacks: none``."""
+    from .evaluate import fallback_summary
+
     s = result.summary()
     text = fallback_summary(s.get("shape_fallback_ops", 0), s.get("hw_fallback", ""),
                             s.get("hw_fallback_ops", 0))
@@ -132,6 +138,9 @@ def _fallback_line(result) -> str:
 def _calibration_note(result: CalibratedSimulation) -> str:
     """What the calibrated simulation is, and which predictor priced each op family (op kinds
     and formats' kernels) with its held-out error and how ops without data were priced."""
+    from ..output import format_seconds
+    from .tables import predictor_error
+
     priced, predictors = result.expected, result.predictors
     lines = [f"calibrated: each op runs at the kernel time the {predictors.name} predictors "
              f"expect (kernels measured one op at a time on {predictors.name}, reference "
@@ -151,6 +160,10 @@ def _calibration_note(result: CalibratedSimulation) -> str:
 
 
 def _print_result(result, top: int, numerics) -> None:
+    import pandas as pd
+
+    from ..output import format_seconds
+
     d = result.design
     s = result.summary()
     scale = s["latency_s"]
@@ -197,6 +210,8 @@ def _write_report(result, folder: Path, command: str | None = None, hardware=Non
                   expected_by: str | None = None) -> None:
     """The simulation's report; ``expected_by``: the predictor set whose kernel times the
     ops ran at (``--calibrated``), named on the page and the gap chart."""
+    import pandas as pd
+
     from reports import (
         gantt_chart,
         gantt_data,
@@ -206,6 +221,8 @@ def _write_report(result, folder: Path, command: str | None = None, hardware=Non
         utilization_data,
     )
     from reports.html import Section, write_report
+
+    from ..output import format_seconds
 
     d = result.design
     title = (f"Simulation: {d['model']} on {d['hardware']}, {d['format']}, batch {d['batch']}, "

@@ -6,25 +6,14 @@ from __future__ import annotations
 import argparse
 import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from ..calibrate.predictor import CalibrationError, load_predictors, reference_hardware
-from ..calibrate.spmv_cnn import (
-    BLOCKS_PER_MATRIX,
-    EPOCHS,
-    SEED_RANGE,
-    block_inputs,
-    cross_validate,
-    csr_predictor_times,
-    error_summary,
-    spmv_cnn_json,
-    train_spmv_cnn,
-)
-from ..measure.rapl import POWERCAP, available
-from ..output import write_atomic
+from .names import SPMV_CNN_EPOCHS as EPOCHS
 from .options import check_outputs, integer
 from .progress import StatusLine
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["add_arguments", "run"]
 
@@ -59,6 +48,9 @@ def _row(label: str, summary: dict) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..calibrate.predictor import CalibrationError
+    from ..calibrate.spmv_cnn import BLOCKS_PER_MATRIX, block_inputs, spmv_cnn_json, train_spmv_cnn
+    from ..output import write_atomic
     from ..spmv.blocks import load_block_dataset, shipped_block_datasets
 
     if args.whole_models:
@@ -104,6 +96,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _validate(args, name: str, matrices: pd.DataFrame, blocks: pd.DataFrame, inputs) -> dict:
+    import pandas as pd
+
+    from ..calibrate.predictor import CalibrationError, load_predictors, reference_hardware
+    from ..calibrate.spmv_cnn import (
+        BLOCKS_PER_MATRIX,
+        SEED_RANGE,
+        cross_validate,
+        csr_predictor_times,
+        error_summary,
+    )
     from ..spmv.blocks import drift_factor
 
     meter = StatusLine("validated", "steps")
@@ -166,6 +168,8 @@ def _validate(args, name: str, matrices: pd.DataFrame, blocks: pd.DataFrame, inp
 
 def _energy_note() -> str:
     """Whether energy could be measured here; the estimator has no energy head otherwise."""
+    from ..measure.rapl import POWERCAP, available
+
     if available():
         return ("RAPL counters exist here but the block benchmark does not read them per "
                 "block; no energy head trained")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["calibration_note", "expectation_line", "missing", "predictor_error",
            "predictors_used", "seconds_column", "share"]
@@ -19,6 +20,8 @@ def seconds_column(values: Iterable[float], name: str) -> tuple[str, list[str]]:
     """A column of times in one unit, the one that fits the column's largest value, with the
     decimals that give its smallest nonzero value three significant digits (at most 6);
     returns ``("name (unit)", cells)``."""
+    import numpy as np
+
     array = np.asarray(list(values), dtype=np.float64)
     finite = np.abs(array[np.isfinite(array)])
     top = float(finite.max()) if finite.size else 0.0
@@ -32,6 +35,8 @@ def seconds_column(values: Iterable[float], name: str) -> tuple[str, list[str]]:
 
 def share(value: float, digits: int = 1) -> str:
     """0.583 -> '58.3%'; NaN -> '-'."""
+    import pandas as pd
+
     return missing() if value is None or pd.isna(value) else f"{100 * value:.{digits}f}%"
 
 
@@ -43,6 +48,8 @@ def missing() -> str:
 def predictor_error(name: str, rmspe: float | None) -> str:
     """How far a kernel predictor can be trusted, for the notes under calibrated results:
     its held-out RMSPE, or what priced the ops when the family had no kernel data."""
+    import pandas as pd
+
     if name.endswith(":whole-model-fit"):
         return "no kernel data: constants fitted on measured whole models"
     if rmspe is None or pd.isna(rmspe):
@@ -80,6 +87,8 @@ def predictors_used(results: pd.DataFrame, predictors) -> list[str]:
     """The predictors that priced ``results`` (design rows of ``dse.explore.Calibrated``:
     ``predictors`` and ``calibration`` columns, ``; ``-separated) with their held-out errors,
     and every op family priced without its own data (``dse search`` and ``dse sweep``)."""
+    import pandas as pd
+
     errors = []
     for name in _notes(pd.unique(results["predictors"].astype(object))):
         parts = name.split(":")
