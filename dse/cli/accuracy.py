@@ -7,26 +7,10 @@ import argparse
 import json
 from pathlib import Path
 
-from formats import parse as parse_format
 from search.credentials import mask_credentials
 
-from ..accuracy import (
-    DEFAULT_LEVELS,
-    DEFAULT_PATTERNS,
-    DEFAULT_TABLE,
-    MODEL_ALIASES,
-    AccuracyConfig,
-    AccuracyError,
-    AccuracyTable,
-    AccuracyTableError,
-    environment,
-    load_accuracy_table,
-    run_accuracy,
-    table_frame,
-)
-from ..accuracy.pipeline import MAX_IMG_SIZE, check_config
-from ..output import FileSet, write_atomic
 from .commands import help_of
+from .names import ACCURACY_LEVELS, ACCURACY_PATTERNS, ACCURACY_TABLE, MAX_IMG_SIZE
 from .options import check_outputs, integer, nonempty_text, number, path_value, seed
 from .progress import StatusLine
 
@@ -53,10 +37,10 @@ def add_parsers(commands) -> None:
                      type=nonempty_text("digits or an ImageFolder tree"),
                      help="'digits' (scikit-learn's, upsampled; no download) or an ImageFolder "
                           "tree (default digits)")
-    acc.add_argument("--patterns", default=",".join(DEFAULT_PATTERNS), metavar="P,P,...",
+    acc.add_argument("--patterns", default=",".join(ACCURACY_PATTERNS), metavar="P,P,...",
                      type=nonempty_text("patterns separated by commas, e.g. 2:4,block4"),
                      help="unstructured, blockB, N:M (default: %(default)s)")
-    acc.add_argument("--levels", default=",".join(f"{x:g}" for x in DEFAULT_LEVELS),
+    acc.add_argument("--levels", default=",".join(f"{x:g}" for x in ACCURACY_LEVELS),
                      type=nonempty_text("sparsity levels separated by commas, e.g. 0.5,0.75"),
                      metavar="S,S,...", help="sparsity levels of block and unstructured "
                                              "patterns (default: %(default)s)")
@@ -88,7 +72,7 @@ def add_parsers(commands) -> None:
         description="Validate an accuracy table (CSV), summarize it per model, and look "
                     "formats up: measured, interpolated within the pattern family, or out of "
                     "range (never extrapolated). Default table: the shipped one.")
-    table.add_argument("path", nargs="?", type=path_value, default=DEFAULT_TABLE,
+    table.add_argument("path", nargs="?", type=path_value, default=ACCURACY_TABLE,
                        metavar="TABLE.csv", help="default: the shipped table")
     table.add_argument("--model", metavar="NAME", type=nonempty_text("a model of the table"),
                        help="only this model (alias swin_tiny ok)")
@@ -102,6 +86,8 @@ def add_parsers(commands) -> None:
 
 
 def _floats(text: str, flag: str) -> tuple[float, ...]:
+    from ..accuracy import AccuracyError
+
     try:
         return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -112,6 +98,10 @@ def _floats(text: str, flag: str) -> tuple[float, ...]:
 def _cmd_accuracy(args: argparse.Namespace) -> int:
     import datetime
     import time
+
+    from ..accuracy import AccuracyConfig, AccuracyTable, environment, table_frame
+    from ..accuracy.pipeline import check_config
+    from ..output import FileSet, write_atomic
 
     check_outputs(files=[("--out", args.out, (".csv",))],
                   folders=[("--work-dir", args.work_dir),
@@ -160,7 +150,19 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_accuracy(config, work_dir, **kwargs):
+    """:func:`dse.accuracy.run_accuracy`, imported once a run starts (pandas, torch): the
+    training that tests replace."""
+    from ..accuracy import run_accuracy as run
+
+    return run(config, work_dir, **kwargs)
+
+
 def _cmd_accuracy_table(args: argparse.Namespace) -> int:
+    from formats import parse as parse_format
+
+    from ..accuracy import MODEL_ALIASES, AccuracyTableError, load_accuracy_table
+
     table = load_accuracy_table(args.path)
     models = table.models()
     if args.model is not None:
@@ -208,6 +210,8 @@ def _column_order(label: str) -> tuple[int, int]:
 
 
 def _family_label(pattern: str) -> str:
+    from formats import parse as parse_format
+
     fmt = parse_format(pattern)
     if fmt.family == "block":
         return f"block{fmt.block}"
@@ -216,6 +220,8 @@ def _family_label(pattern: str) -> str:
 
 def _check_timm_models(models) -> None:
     import difflib
+
+    from ..accuracy import MODEL_ALIASES, AccuracyError
 
     try:
         import timm

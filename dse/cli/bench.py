@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 from ..measure.errors import BenchError
-from ..output import write_atomic
 from .commands import help_of
 from .options import (
     OptionValueError,
@@ -155,6 +154,7 @@ def _run_spmv(args: argparse.Namespace, budget: float, out: Path) -> int:
     import reports
 
     from ..measure.host import cpu_model
+    from ..output import write_atomic
     from ..spmv.bench import (
         DEFAULT_BANDWIDTHS,
         format_summary,
@@ -245,6 +245,7 @@ def _cmd_spmv_blocks(args: argparse.Namespace) -> int:
     import workloads
 
     from ..measure.host import cpu_model, fingerprint
+    from ..output import write_atomic
     from ..spmv.bench import parse_duration
     from ..spmv.blocks import (
         BLOCK_NNZ,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..output import write_atomic
 from .commands import help_of
 from .options import (
     MAX_THREADS,
@@ -59,6 +58,7 @@ def _cmd_fusion_rules(args: argparse.Namespace) -> int:
         detect_rules,
         summary_counts,
     )
+    from ..output import write_atomic
     from ..roofline.fusion_rules import FusionRulesError
 
     check_outputs(files=[("--out", args.out, (".json",))])

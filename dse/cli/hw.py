@@ -5,12 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import pandas as pd
-
-import accelerator_models
-from accelerator_models import FIELDS
-
-from ..output import write_atomic
 from .commands import help_of
 from .options import (
     MAX_WAIT_S,
@@ -74,6 +68,10 @@ def add_parsers(commands) -> None:
 
 
 def _cmd_hw_list(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    import accelerator_models
+
     rows = []
     for name in accelerator_models.catalog_names():
         acc = accelerator_models.load(name)
@@ -93,6 +91,9 @@ def _cmd_hw_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_hw_show(args: argparse.Namespace) -> int:
+    import accelerator_models
+    from accelerator_models import FIELDS
+
     acc = accelerator_models.load(args.name, args.overrides)
     print(f"name: {acc.name}")
     if acc.description:
@@ -169,7 +170,10 @@ def _in_short(acc) -> str:
 
 
 def _cmd_hw_probe(args: argparse.Namespace) -> int:
+    import accelerator_models
+
     from ..measure.probe import probe, probe_spec_toml
+    from ..output import write_atomic
 
     check_outputs(files=[("--out", args.out, (".toml",))])
     result = probe(args.device, args.repeats, progress=StatusLine("probed", "figures"),

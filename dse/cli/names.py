@@ -10,10 +10,11 @@ import importlib.util
 from pathlib import Path
 
 __all__ = [
-    "DEFAULT_BATCHES", "DEFAULT_FORMATS", "DEFAULT_INT4_GROUP", "DEFAULT_MAX_ACC_DROP",
-    "DTYPES", "EVALUATORS", "FUSIONS", "LLM_METRICS", "LOCAL", "MAX_BATCH", "OBJECTIVES",
-    "PHASES", "RESIDUALS", "SCOPES", "SPMV_CNN_EPOCHS", "WEIGHT_DTYPES", "fusion_models",
-    "llm_names", "shipped_datasets", "trace_names",
+    "ACCURACY_LEVELS", "ACCURACY_PATTERNS", "ACCURACY_TABLE", "DEFAULT_BATCHES",
+    "DEFAULT_FORMATS", "DEFAULT_INT4_GROUP", "DEFAULT_MAX_ACC_DROP", "DTYPES", "EVALUATORS",
+    "FUSIONS", "LLM_METRICS", "LOCAL", "MAX_BATCH", "MAX_IMG_SIZE", "OBJECTIVES", "PHASES",
+    "RESIDUALS", "SCOPES", "SPMV_CNN_EPOCHS", "WEIGHT_DTYPES", "fusion_models", "llm_names",
+    "shipped_datasets", "trace_names",
 ]
 
 #: workloads.MAX_BATCH
@@ -78,3 +79,13 @@ _DATASETS_DIR = Path(__file__).resolve().parents[1] / "measure" / "datasets"
 def shipped_datasets() -> list[str]:
     """dse.measure.dataset.shipped_datasets(): the shipped measured datasets, sorted."""
     return sorted(p.stem for p in _DATASETS_DIR.glob("*.parquet"))
+
+
+#: dse.accuracy.pipeline.DEFAULT_PATTERNS, DEFAULT_LEVELS and MAX_IMG_SIZE
+ACCURACY_PATTERNS = ("unstructured", "block2", "block4", "block8", "block16", "block32",
+                     "2:4", "1:4", "2:8", "2:16")
+ACCURACY_LEVELS = (0.5, 0.75, 0.875, 0.9375, 0.96875)
+MAX_IMG_SIZE = 512
+#: dse.accuracy.table.DEFAULT_TABLE: the shipped accuracy table.
+ACCURACY_TABLE = (Path(__file__).resolve().parents[1] / "accuracy" / "tables"
+                  / "accuracy_default.csv")

@@ -6,13 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-import pandas as pd
-
-import workloads
 from search.credentials import mask_credentials
-from workloads import load_trace, trace_names
 
-from ..output import write_atomic
 from .commands import help_of
 from .options import Parser, check_outputs, integer, nonempty_text, path_value
 
@@ -62,6 +57,11 @@ def add_parsers(commands) -> None:
 
 
 def _cmd_workloads_list(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    import workloads
+    from workloads import load_trace, trace_names
+
     aliases = {}
     for alias, name in workloads.ALIASES.items():
         aliases.setdefault(name, []).append(alias)
@@ -80,6 +80,11 @@ def _cmd_workloads_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_workloads_show(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    import workloads
+    from workloads import load_trace
+
     trace = load_trace(args.name)
     print(f"model: {trace.model}")
     print(f"input (per sample): {'x'.join(str(d) for d in trace.input_shape)}")
@@ -110,6 +115,8 @@ def _cmd_workloads_show(args: argparse.Namespace) -> int:
 
 def _cmd_workloads_export(args: argparse.Namespace) -> int:
     from workloads.export import export_trace
+
+    from ..output import write_atomic
 
     out = args.out or Path(f"{args.model}.json")
     check_outputs(files=[("--out", out, (".json",))],
