@@ -22,9 +22,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..measure.budget import MAX_BUDGET_S, duration_text, parse_duration
-from .names import DEFAULT_INT4_GROUP, EVALUATORS, LOCAL, MAX_BATCH, PHASES, SCOPES, fusion_models
-from .names import DTYPES as DTYPE_BYTES
-from .names import WEIGHT_DTYPES as WEIGHT_DTYPE_BYTES
+from .names import (
+    DEFAULT_INT4_GROUP,
+    DTYPES,
+    EVALUATORS,
+    LOCAL,
+    MAX_BATCH,
+    PHASES,
+    SCOPES,
+    WEIGHT_DTYPES,
+    fusion_models,
+)
 from .parser import OptionValueError, Parser
 from .progress import StatusLine
 
@@ -361,7 +369,7 @@ def add_numerics_options(p: argparse.ArgumentParser, quantisation: bool = False)
                    help="CSR/BSR index width in bytes (default 4)")
     if not quantisation:
         return
-    g.add_argument("--weight-dtype", choices=tuple(WEIGHT_DTYPE_BYTES),
+    g.add_argument("--weight-dtype", choices=WEIGHT_DTYPES,
                    help="weight-only quantisation of the linear layers' weights (the LM head "
                         "included): values in this dtype plus fp16 scales (int4: one per group "
                         "of --weight-group-size along K; int8, fp8: one per output channel); "
@@ -369,7 +377,7 @@ def add_numerics_options(p: argparse.ArgumentParser, quantisation: bool = False)
     g.add_argument("--weight-group-size", type=integer(1, MAX_WEIGHT_GROUP), metavar="G",
                    help="quantisation group along K: one fp16 scale per G weights of a row "
                         f"(default {DEFAULT_INT4_GROUP} for int4, per channel for int8 and fp8)")
-    g.add_argument("--kv-dtype", choices=tuple(DTYPE_BYTES),
+    g.add_argument("--kv-dtype", choices=DTYPES,
                    help="dtype of a language model's KV cache: its read in decode, its size "
                         "in the memory fit (default: --dtype)")
 
@@ -391,7 +399,7 @@ def numerics_from_args(args: argparse.Namespace, hardware=()) -> Numerics:
     group = getattr(args, "weight_group_size", None)
     if group is not None and weight_dtype is None:
         raise InputError(f"--weight-group-size {group}: a group size is for quantised weights; "
-                         f"give --weight-dtype ({', '.join(WEIGHT_DTYPE_BYTES)}) too")
+                         f"give --weight-dtype ({', '.join(WEIGHT_DTYPES)}) too")
     return Numerics(dtype=dtype, vector_dtype=vector, csr_dtype=args.csr_dtype,
                     index_width_bytes=args.index_bytes, weight_dtype=weight_dtype,
                     weight_group_size=group, kv_dtype=getattr(args, "kv_dtype", None))

@@ -8,9 +8,15 @@ import sys
 from typing import TYPE_CHECKING
 
 from .commands import help_of
-from .names import DEFAULT_INT4_GROUP, DEFAULT_MAX_ACC_DROP, LLM_METRICS, OBJECTIVES, PHASES
-from .names import DTYPES as DTYPE_BYTES
-from .names import WEIGHT_DTYPES as WEIGHT_DTYPE_BYTES
+from .names import (
+    DEFAULT_INT4_GROUP,
+    DEFAULT_MAX_ACC_DROP,
+    DTYPES,
+    LLM_METRICS,
+    OBJECTIVES,
+    PHASES,
+    WEIGHT_DTYPES,
+)
 from .options import (
     CALIBRATED_FIX,
     MAX_WEIGHT_GROUP,
@@ -98,7 +104,7 @@ def add_parsers(commands) -> None:
                     type=nonempty_text("a catalog name (dse hw list) or a spec .toml"),
                     help="hardware base (repeatable or comma-separated), instead of the "
                          "space's hardware.base; the space's [hardware.set] still applies")
-    lm.add_argument("--weight-dtype", choices=tuple(WEIGHT_DTYPE_BYTES),
+    lm.add_argument("--weight-dtype", choices=WEIGHT_DTYPES,
                     help="weight-only quantisation of the linear layers (as dse evaluate); the "
                          "accuracy is then looked up for that storage (int4-g128, fp8, ...)")
     lm.add_argument("--weight-group-size", type=integer(1, MAX_WEIGHT_GROUP), metavar="G",
@@ -107,7 +113,7 @@ def add_parsers(commands) -> None:
                     help="language models: the published metric the target compares, as its "
                          "degradation from dense (default wikitext2_ppl, the perplexity "
                          "increase; zeroshot_mean and openllm_v1_mean: points lost)")
-    lm.add_argument("--kv-dtype", choices=tuple(DTYPE_BYTES),
+    lm.add_argument("--kv-dtype", choices=DTYPES,
                     help="dtype of a language model's KV cache (default: the compute dtype)")
     for option in _UNSEARCHED:  # refused in one line by _cmd_search, not by argparse's guess
         lm.add_argument(option, dest="unsearched_" + option[2:].replace("-", "_"),
@@ -275,7 +281,7 @@ def _overrides(args: argparse.Namespace) -> dict:
     if args.weight_group_size is not None and args.weight_dtype is None:
         raise InputError(f"--weight-group-size {args.weight_group_size}: a group size is for "
                          "quantised weights; give --weight-dtype "
-                         f"({', '.join(WEIGHT_DTYPE_BYTES)}) too")
+                         f"({', '.join(WEIGHT_DTYPES)}) too")
     if (args.phase is None) != (args.context is None) and args.models:
         missing = "--context TOKENS" if args.context is None else "--phase prefill|decode"
         raise InputError(f"a language model's step needs --phase and --context; give {missing}")
