@@ -25,6 +25,7 @@ from benchmarks.gpu import (  # noqa: E402
     collect_conv,
     collect_gemm,
     collect_models,
+    collect_sparse,
     collect_vector,
 )
 from benchmarks.gpu.collect_energy import ENERGY_SCHEMA  # noqa: E402
@@ -77,7 +78,7 @@ def test_smoke_run_completes_every_part_and_writes_schema_tables(smoke):
         assert meta["status"] == "complete", part
         assert meta["done"] == [i.key for i in collect.PARTS[part].items(True)]
     frame = load_dataset(out / "kernels.parquet")  # dse's loader validates the schema
-    assert set(frame["family"]) == {"dense", "nm", "vector", "model"}
+    assert set(frame["family"]) == {"dense", "nm", "block", "unstructured", "vector", "model"}
     timed = frame[frame["error"] == ""]
     kernels = timed[timed["family"] != "model"]
     assert set(kernels["cache"]) == {"cold", "warm"}
@@ -122,12 +123,13 @@ def test_speed_of_light_matches_the_hand_computed_roofline(smoke, host_toml):
     assert (cold["hw"] == hw.name).all() and cold["sol_s"].notna().all()
     e = 4  # fp32 on the CPU, priced on the spec's tf32 and fp32 vector rates
     bw = hw.dram_bandwidth_bytes_per_s
-    for r in cold[cold["kind"] == "linear"].itertuples():
+    for r in cold[(cold["kind"] == "linear") & (cold["format"] == "dense")].itertuples():
         nbytes = e * (r.m * r.k + r.k * r.n + r.m * r.n)
         want = max(2 * r.m * r.k * r.n / hw.tensor_flops_per_s["tf32"], nbytes / bw)
         assert r.bytes == nbytes and math.isclose(r.sol_s, want, rel_tol=1e-9)
     convs = {(*s.gemm, s.groups): s for s in collect_conv.shapes(True)
-             + collect_conv.dense_shapes(True) + collect_conv.random_shapes(True)}
+             + collect_conv.dense_shapes(True) + collect_conv.random_shapes(True)
+             + collect_conv.random2_shapes(True)}
     for r in cold[cold["kind"] == "conv"].itertuples():
         # the real tensors: the input rows the windows read (B x C_in x H x W unless the stride
         # outruns the kernel), output B x C x Ho x Wo, weight C x C_in/g x kh x kw
@@ -145,6 +147,22 @@ def test_speed_of_light_matches_the_hand_computed_roofline(smoke, host_toml):
                  & (frame["family"] != "model")]
     if not hw.cache_levels:  # no cache levels: no warm bound, and the rows say why
         assert warm["sol_s"].isna().all() and warm["note"].str.contains("no warm bound").all()
+
+
+def test_sparse_part_times_every_format_on_its_pruned_weight(smoke):
+    out, _ = smoke
+    frame = load_dataset(out / "kernels.parquet")
+    rows = frame[frame["why"].str.startswith("collect sparse_random")]
+    (item,) = collect_sparse.shapes(True)  # 128 x 256, blocks at 75%, CSR at 87.5%
+    assert set(rows["format"]) == set(item.formats) == {
+        "dense", "block16@75%", "block32@75%", "block64@75%", "unstructured@87.5%"}
+    assert (rows["error"] == "").all() and set(rows["cache"]) == {"cold", "warm"}
+    # the trainer's masks keep a quarter of the blocks and an eighth of the weights, exactly
+    nnz = rows.groupby("format")["nnz"].unique().map(lambda v: set(int(x) for x in v))
+    assert nnz.to_dict() == {"dense": {128 * 256}, "block16@75%": {8192}, "block32@75%": {8192},
+                             "block64@75%": {8192}, "unstructured@87.5%": {4096}}
+    dense = rows[rows["format"] == "dense"]["bytes"].max()
+    assert (rows[rows["format"] != "dense"]["bytes"] < dense).all()
 
 
 def test_profiles_count_every_linear_of_the_model(smoke):
@@ -279,6 +297,37 @@ def test_random_convolutions_are_fixed_and_priceable():
             <= 2 * collect_conv.RANDOM_MAX_MACS
     more = {(s.m, s.k, s.n) for s in collect_gemm.more_shapes()}
     assert more and not more & {(s.m, s.k, s.n) for s in collect_gemm.shapes()}
+
+
+def test_second_random_draws_are_fixed_new_and_priceable():
+    from workloads.trace import MAX_PER_SAMPLE
+
+    draw = collect_conv.random2_geometries()
+    assert draw == collect_conv.random2_geometries()  # the same items on every run (resuming)
+    names = [g[0] for g in draw]
+    assert (names.count("random2 dense"), names.count("random2 grouped"),
+            names.count("random2 dw")) == (40, 16, 12)
+    # a second draw: no geometry of the first, so that its held-out shapes are new
+    assert not {g[1:] for g in draw} & {g[1:] for g in collect_conv.random_geometries()}
+    for name, c_in, c_out, groups, *_ in draw:
+        assert c_in % groups == 0 and c_out % groups == 0
+        assert (groups == 1) == (name == "random2 dense")
+        assert name != "random2 dw" or groups == c_in == c_out
+    for s in collect_conv.random2_shapes():
+        assert s.batch * max(s.c_in * s.size ** 2, s.channels * s.out_size ** 2) \
+            <= MAX_PER_SAMPLE
+    ops = collect_vector.random_ops()
+    assert ops == collect_vector.random_ops() and len({o.key for o in ops}) == len(ops)
+    for op in ops:  # each one builds: a norm's rows whole, a scale's width divides its size
+        assert 0 < op.input_elems <= 2 * collect_vector.RANDOM_MAX_ELEMS
+        if op.kind == "norm":
+            assert op.output_elems % (op.weight_elems // 2) == 0
+        if op.name == "mul":
+            assert op.output_elems % op.weight_elems == 0
+        if op.kind == "other":
+            assert op.input_elems % 4096 == 0
+    assert {o.name for o in ops} >= {"layer_norm", "gelu", "softmax", "add", "mul", "mean",
+                                     "clone", "roll", "constant_pad_nd", "index"}
 
 
 def test_gemm_shapes_cover_llm_decode_and_are_distinct():

@@ -55,6 +55,7 @@ from . import (
     collect_energy,
     collect_gemm,
     collect_models,
+    collect_sparse,
     collect_vector,
 )
 from .collect_items import Part
@@ -82,6 +83,12 @@ PARTS: dict[str, Part] = {p.name: p for p in (
          "and 2:4", collect_gemm.more_items, collect_gemm.run, collect_gemm.finish),
     Part("conv_random", 10, "dense and depthwise convolutions drawn at random (held-out shapes)",
          collect_conv.random_items, collect_conv.run),
+    Part("conv_random2", 12, "dense, grouped and depthwise convolutions drawn at random, a "
+         "second draw", collect_conv.random2_items, collect_conv.run),
+    Part("vector_random", 5, "vector ops and copies at sizes drawn at random",
+         collect_vector.random_items, collect_vector.run),
+    Part("sparse_random", 15, "block (BSR) and unstructured (CSR) GEMMs at random weight shapes, "
+         "beside dense", collect_sparse.items, collect_sparse.run),
     Part("copy", 4, "copies a trace calls other: permute-contiguous, roll, pad, gather",
          collect_vector.copy_items, collect_vector.run),
     Part("math_attention", 4, "fp32 attention products and softmax of torch's math SDPA path",

@@ -28,10 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .collect_items import Item
 from .collect_rows import Bench, error_row, price_rows, timed_rows, vector_traffic
 
 __all__ = ["VectorOp", "copies", "copy_items", "items", "narrow_items", "narrow_norms", "ops",
+           "random_items", "random_ops",
            "run"]
 
 
@@ -133,6 +136,57 @@ def _copy_kernel(bench: Bench, op: VectorOp):
     rows = x.view(-1, 16)
     index = torch.randperm(rows.shape[0], generator=bench.generator(12), device=bench.device)
     return (lambda: rows[index]), "rows[index] (a gather of 16-element rows)"
+
+
+#: Part ``vector_random``: vector ops and copies at sizes drawn at random (fixed seed), so that
+#: a model's own can be held out and others stay to learn from (the fixed sizes above are
+#: powers of two, which no model's tensors are): layer norms over 32-8192 channels (multiples
+#: of 32) and 1-200,000 rows, activations, softmax, adds, per-channel scales and copies over
+#: 4 Ki-64 Mi elements (log-uniform), means over 7-3136 positions.
+RANDOM_SEED, RANDOM_NORMS, RANDOM_PER_KIND, RANDOM_MAX_ELEMS = 2028, 40, 8, 2**26
+
+
+def random_ops(smoke: bool = False) -> list[VectorOp]:
+    """Part ``vector_random``'s ops (:data:`RANDOM_SEED`)."""
+    per = _flops_per_element()
+    if smoke:
+        return [VectorOp("norm", "layer_norm", 7 * 96, 7 * 96, 2 * 96, per["norm"] * 7 * 96)]
+    rng = np.random.default_rng(RANDOM_SEED)
+
+    def log_uniform(low: float, high: float) -> int:
+        return int(np.exp(rng.uniform(np.log(low), np.log(high))))
+
+    out: list[VectorOp] = []
+    while len(out) < RANDOM_NORMS:
+        c, r = 32 * max(1, log_uniform(32, 8192) // 32), log_uniform(1, 200_000)
+        if r * c <= RANDOM_MAX_ELEMS:
+            out.append(VectorOp("norm", "layer_norm", r * c, r * c, 2 * c, per["norm"] * r * c))
+    sizes = lambda multiple: [multiple * max(1, log_uniform(2**12, 2**26) // multiple)  # noqa: E731
+                              for _ in range(RANDOM_PER_KIND)]
+    for act in ("gelu", "silu", "relu"):
+        out += [VectorOp("activation", act, n, n, 0, per[act] * n) for n in sizes(64)]
+    out += [VectorOp("softmax", "softmax", n, n, 0, per["softmax"] * n) for n in sizes(64)]
+    out += [VectorOp("elementwise", "add", 2 * n, n, 0, per["add"] * n) for n in sizes(64)]
+    for n in sizes(1):
+        c = 32 * max(1, log_uniform(64, 2048) // 32)
+        n = c * max(1, n // c)
+        out.append(VectorOp("elementwise", "mul", n, n, c, per["mul"] * n))
+    for _ in range(RANDOM_PER_KIND):
+        o, p = log_uniform(96, 262_144), int(rng.choice((7 * 7, 14 * 14, 28 * 28, 56 * 56)))
+        if o * p <= RANDOM_MAX_ELEMS:
+            out.append(VectorOp("reduce", "mean", o * p, o, 0, per["reduce"] * o * p))
+    for name in COPY_NAMES:
+        for n in sizes(4096):
+            written = n * 18 * 18 // 256 if name == "constant_pad_nd" else n
+            out.append(VectorOp("other", name, n, written, 0, 0.0))
+    unique: dict[str, VectorOp] = {}
+    for op in out:
+        unique.setdefault(op.key, op)
+    return list(unique.values())
+
+
+def random_items(smoke: bool = False) -> list[Item]:
+    return [Item(op.key, op) for op in random_ops(smoke)]
 
 
 def narrow_items(smoke: bool = False) -> list[Item]:
