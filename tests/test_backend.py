@@ -12,6 +12,7 @@ from workloads.backend import (
     fuse_attention,
     torch_cpu_sparse_linears,
     torch_math_attention,
+    torch_strided_adds,
 )
 
 T, C, H = 10, 8, 2  # tokens, channels, heads: head dim 4
@@ -202,3 +203,39 @@ def test_what_torch_runs_follows_the_attention_timm_calls():
     old = Trace.from_records(vit.model, vit.input_shape, vit.to_json()["ops"],
                              {k: v for k, v in vit.provenance.items() if k != "sdpa_attention"})
     assert traced_sdpa(old)
+
+
+def test_strided_adds_are_the_binary_ops_reading_a_sparse_linear():
+    """fc2's output is a transposed view under 2:4: the residual add reading it is renamed
+    (and its consumers follow); GELU after fc1 is unary and keeps the view's speed."""
+    from dse.calibrate.features import feature_kind
+
+    trace = Trace.from_records("toy_mlp_head", [T, C], _mlp_trace().to_json()["ops"] + [
+        _op("head", "linear", ["add"], m=C, k=C, n=T, weight_elems=C * C)])
+    out = torch_strided_adds(trace)
+    ops = out.ops.set_index("name")
+    assert list(ops.index) == ["norm", "fc1", "act", "fc2", "add.strided", "head"]
+    assert ops.loc["head", "producers"] == ["add.strided"]
+    assert ops.loc["add.strided", "producers"] == ["input", "fc2"]
+    # nothing else changes: the figures are the trace's
+    for column in ("input_elems", "output_elems", "vector_flops"):
+        assert ops.loc["add.strided", column] == trace.ops.set_index("name").loc["add", column]
+    assert feature_kind("elementwise", "add.strided") == "elementwise:strided"
+    assert feature_kind("elementwise", "add") == "elementwise"
+    assert feature_kind("activation", "act.strided") == "activation"
+    dense = Trace.from_records("toy_dense", [T, C], [
+        dict(r, prunable=False) for r in _mlp_trace().to_json()["ops"]])
+    assert torch_strided_adds(dense) is dense
+
+
+def test_the_shipped_vit_under_2_4_on_a_gpu_has_its_residual_adds_strided():
+    from dse.calibrate.validate import torch_ran
+
+    vit = workloads.load_trace("vit_base_patch16_224")
+    names = torch_ran(vit, "2:4", "cuda").ops["name"]
+    strided = names[names.str.endswith(".strided")]
+    # both residual adds of each of the 12 blocks (after attn.proj and mlp.fc2)
+    assert len(strided) == 24 and strided.str.match(r"^blocks\.\d+\.add(_1)?\.strided$").all()
+    # the CPU run's sparse linears are transposed back (their bias adds), not strided
+    cpu = torch_ran(vit, "block4@87.5%", "cpu").ops["name"]
+    assert not cpu.str.endswith(".strided").any()

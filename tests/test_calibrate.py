@@ -604,6 +604,24 @@ def test_the_math_attention_products_and_softmax_are_priced_as_fp32():
         "matmul:fp32", "matmul", "softmax:fp32", "softmax"]
 
 
+def test_adds_of_a_transposed_view_are_a_kind_of_their_own():
+    """A benchmarked add of a transposed view (part strided_add's ``add_strided``) and a trace
+    op the torch backend renamed (``blocks.0.add.strided``) are both ``elementwise:strided``,
+    and the vector predictor sees them apart from contiguous adds of the same elements."""
+    from dse.calibrate.features import kernel_variant, kind_code, strided_kind, with_feature_kinds
+
+    rows = pd.DataFrame({"kind": ["elementwise", "elementwise", "activation"],
+                         "op": ["add_strided", "add", "add_strided"], "source": "benchmark",
+                         "family": "vector", "note": "", "dtype": "fp16", "device": "cuda"})
+    assert list(with_feature_kinds(rows)["kind"]) == [
+        "elementwise:strided", "elementwise", "activation"]
+    assert kernel_variant(rows).tolist() == ["add_strided", "add", "add_strided"]
+    assert strided_kind("elementwise", "blocks.3.add_1.strided") == "elementwise:strided"
+    assert strided_kind("elementwise", "blocks.3.add_1") == "elementwise"
+    assert kind_code("elementwise:strided") not in (kind_code("elementwise"), kind_code("other"))
+    assert family_key("vector", "elementwise:strided", 1, 0) == "vector"
+
+
 def test_calibrate_says_when_no_last_level_cache_is_known():
     """Without a last-level cache every op of a model is priced warm: dse calibrate says so in
     one line, naming the spec and why, rather than shipping that silently."""

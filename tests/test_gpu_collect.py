@@ -138,7 +138,8 @@ def test_speed_of_light_matches_the_hand_computed_roofline(smoke, host_toml):
                       + s.channels * s.c_in // s.groups * s.kernel ** 2)
         want = max(2 * r.groups * r.m * r.k * r.n / hw.tensor_flops_per_s["tf32"], nbytes / bw)
         assert r.bytes == nbytes and math.isclose(r.sol_s, want, rel_tol=1e-9)
-    add = cold[(cold["kind"] == "elementwise") & (cold["kernel"].str.startswith("torch.add"))]
+    add = cold[(cold["kind"] == "elementwise") & (cold["kernel"].str.startswith("torch.add"))
+               & cold["why"].str.startswith("collect vector:")]
     assert len(add) == 1
     n = int(add["n"].iloc[0])
     assert add["flops"].iloc[0] == n and add["bytes"].iloc[0] == 3 * e * n
@@ -163,6 +164,19 @@ def test_sparse_part_times_every_format_on_its_pruned_weight(smoke):
                              "block64@75%": {8192}, "unstructured@87.5%": {4096}}
     dense = rows[rows["format"] == "dense"]["bytes"].max()
     assert (rows[rows["format"] != "dense"]["bytes"] < dense).all()
+
+
+def test_strided_part_times_the_transposed_add_beside_the_contiguous_one(smoke):
+    out, _ = smoke
+    frame = load_dataset(out / "kernels.parquet")
+    rows = frame[frame["why"].str.startswith("collect strided_add")]
+    (shape,) = {(s.rows, s.width) for s in collect_vector.strided_adds(True)}
+    n = shape[0] * shape[1]
+    assert sorted(set(rows["op"])) == ["add", "add_strided"] and len(rows) == 4
+    assert (rows["error"] == "").all() and (rows["n"] == n).all()
+    # fp32 on the CPU: two inputs and one output, each element once; one FLOP each
+    assert (rows["bytes"] == 3 * 4 * n).all() and (rows["flops"] == n).all()
+    assert rows.loc[rows["op"] == "add_strided", "kernel"].str.contains("y.t()").all()
 
 
 def test_profiles_count_every_linear_of_the_model(smoke):

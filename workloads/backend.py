@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from .trace import Trace
 
-__all__ = ["AttentionRegion", "attention_regions", "fuse_attention", "torch_cpu_sparse_linears",
-           "torch_math_attention"]
+__all__ = ["AttentionRegion", "STRIDED", "attention_regions", "fuse_attention",
+           "torch_cpu_sparse_linears", "torch_math_attention", "torch_strided_adds"]
 
 # The ops that may sit between attention's linears and its products: scales, copies, a
 # relative-position bias add (Swin). A linear, a convolution or a norm ends the walk.
@@ -260,6 +260,36 @@ def torch_cpu_sparse_linears(trace: Trace) -> Trace:
             rename[name] = bias["name"]
     return _rebuild(trace, out, "the ops around torch's CPU sparse linears (zero fill, bias "
                                 "add, input copy): workloads.backend.torch_cpu_sparse_linears")
+
+
+#: The name suffix of a binary elementwise op that reads a transposed view
+#: (:func:`torch_strided_adds`); ``dse.calibrate.features.strided_kind`` prices it so.
+STRIDED = ".strided"
+
+
+def torch_strided_adds(trace: Trace) -> Trace:
+    """``trace`` with each binary elementwise op that reads the output of a sparse linear (a
+    prunable linear of ``trace``) renamed ``NAME.strided``: on a GPU, ``F.linear(X, W24)``
+    returns a transposed view (``(W24 @ X^T)^T``), and the residual add of that view to a
+    contiguous tensor cannot run as one contiguous sweep. Measured on an H100
+    (``benchmarks/gpu/collect`` part ``strided_add``): 1.2-1.5x the contiguous add's time
+    under 1 Mi elements, 3-6x above (ViT-B at batch 128 under 2:4: 24 such adds, 4.2x their
+    dense time in the per-op profile). A unary op (GELU, a scale) keeps the view's layout and
+    its speed, so it is left alone. Only the names change: the expectation prices a renamed op
+    as the kind of its own it is (``elementwise:strided``)."""
+    records = trace.to_json()["ops"]
+    sparse = {r["name"] for r in records if r["kind"] == "linear" and r["prunable"]}
+    strided = {r["name"] for r in records
+               if r["kind"] == "elementwise" and r["input_elems"] >= 2 * r["output_elems"] > 0
+               and any(q in sparse for q in r["producers"])}
+    if not strided:
+        return trace
+    rename = {name: name + STRIDED for name in strided}
+    out = [dict(r, name=rename.get(r["name"], r["name"]),
+                producers=[rename.get(q, q) for q in r["producers"]]) for r in records]
+    return _rebuild(trace, out, "binary ops reading a sparse linear's transposed output "
+                                "(F.linear with a 2:4 weight): workloads.backend."
+                                "torch_strided_adds")
 
 
 def _vector(name: str, kind: str, inputs: int, outputs: int, flops: float,

@@ -89,6 +89,8 @@ PARTS: dict[str, Part] = {p.name: p for p in (
          collect_vector.random_items, collect_vector.run),
     Part("sparse_random", 15, "block (BSR) and unstructured (CSR) GEMMs at random weight shapes, "
          "beside dense", collect_sparse.items, collect_sparse.run),
+    Part("strided_add", 4, "the residual add of a 2:4 linear's transposed output, beside the "
+         "contiguous add", collect_vector.strided_items, collect_vector.run_strided),
     Part("copy", 4, "copies a trace calls other: permute-contiguous, roll, pad, gather",
          collect_vector.copy_items, collect_vector.run),
     Part("math_attention", 4, "fp32 attention products and softmax of torch's math SDPA path",

@@ -34,7 +34,8 @@ from .collect_items import Item
 from .collect_rows import Bench, error_row, price_rows, timed_rows, vector_traffic
 
 __all__ = ["VectorOp", "copies", "copy_items", "items", "narrow_items", "narrow_norms", "ops",
-           "random_items", "random_ops",
+           "random_items", "random_ops", "StridedAdd", "run_strided", "strided_adds",
+           "strided_items",
            "run"]
 
 
@@ -223,6 +224,88 @@ def run(item: Item, bench: Bench) -> dict[str, list[dict]]:
                if bench.hw is not None else float("nan"))
     seen = bench.clock.identify({"op": fn})["op"]
     rows = timed_rows(bench, fn, dict(fields, flops=op.flops, bytes=traffic), call, seen,
+                      note=note)
+    price_rows(bench, rows)
+    return {"kernels": rows}
+
+
+# --- part strided_add ---------------------------------------------------------------------------
+
+#: Part ``strided_add``: the residual add after a 2:4 linear. ``F.linear(X, W24)`` returns a
+#: transposed view (``(W24 @ X^T)^T``), and the add of that view to the contiguous residual
+#: runs 4.2x slower than the same add of two contiguous tensors (ViT-B at batch 128 under 2:4,
+#: benchmarks/gpu/results/collect/profiles.parquet: 24 adds of [128, 197, 768]). Each item is
+#: (rows, width): the add of a contiguous [rows, width] tensor and the transpose of a
+#: contiguous [width, rows] one (``add_strided``), beside the add of two contiguous tensors
+#: of the same shape (``add``). Rows and widths: DeiT-S, ViT-B and Swin-T's tokens at batch
+#: 1-128, then :data:`STRIDED_RANDOM` drawn at random (fixed seed).
+STRIDED_MODELS = tuple((197 * b, c) for c in (384, 768) for b in (1, 8, 32, 128)) + tuple(
+    (tokens * b, c) for tokens, c in ((3136, 96), (784, 192), (196, 384), (49, 768))
+    for b in (1, 8, 32, 128))
+STRIDED_RANDOM, STRIDED_SEED = 24, 2030
+
+
+@dataclass(frozen=True)
+class StridedAdd:
+    rows: int
+    width: int
+    name: str  #: add_strided (one operand a transposed view) or add (both contiguous)
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-{self.rows}x{self.width}"
+
+
+def strided_adds(smoke: bool = False) -> list[StridedAdd]:
+    if smoke:
+        shapes = [(48, 32)]
+    else:
+        rng = np.random.default_rng(STRIDED_SEED)
+        drawn = []
+        while len(drawn) < STRIDED_RANDOM:
+            width = 32 * max(1, int(np.exp(rng.uniform(np.log(64), np.log(8192)))) // 32)
+            rows = int(np.exp(rng.uniform(np.log(16), np.log(200_000))))
+            if rows * width <= RANDOM_MAX_ELEMS and (rows, width) not in drawn:
+                drawn.append((rows, width))
+        shapes = list(STRIDED_MODELS) + drawn
+    return [StridedAdd(r, c, name) for r, c in shapes for name in ("add_strided", "add")]
+
+
+def strided_items(smoke: bool = False) -> list[Item]:
+    return [Item(s.key, s) for s in strided_adds(smoke)]
+
+
+def run_strided(item: Item, bench: Bench) -> dict[str, list[dict]]:
+    s: StridedAdd = item.config
+    torch = bench.torch
+    n = s.rows * s.width
+    per = _flops_per_element()["add"]
+    fields = {"source": "benchmark", "why": f"collect strided_add: {s.name} {s.rows}x{s.width}",
+              "op": s.name, "kind": "elementwise", "family": "vector", "format": "dense",
+              "sparsity": 0.0, "n": n, "groups": 1, "batch": 1, "k": 0,
+              "implementation": "torch_cuda_vector" if bench.device == "cuda"
+              else "torch_vector"}
+    try:
+        a = torch.randn(s.rows, s.width, generator=bench.generator(13), device=bench.device,
+                        dtype=bench.torch_dtype)
+        if s.name == "add_strided":
+            b = torch.randn(s.width, s.rows, generator=bench.generator(14),
+                            device=bench.device, dtype=bench.torch_dtype).t()
+            call = "torch.add(x, y.t()) (y.t() a transposed view, as F.linear(X, W24) returns)"
+        else:
+            b = torch.randn(s.rows, s.width, generator=bench.generator(14),
+                            device=bench.device, dtype=bench.torch_dtype)
+            call = "torch.add(x, y) (both contiguous)"
+        fn = lambda: torch.add(a, b)  # noqa: E731
+        fn()
+        bench.clock.sync()
+    except Exception as exc:  # out of memory on a small device: data, not a crash
+        return {"kernels": [error_row(bench, fields, exc)]}
+    traffic = (vector_traffic(bench, "elementwise", 2 * n, n, 0) if bench.hw is not None
+               else float("nan"))
+    seen = bench.clock.identify({"op": fn})["op"]
+    note = f"{s.rows} rows x {s.width}: two inputs, one output"
+    rows = timed_rows(bench, fn, dict(fields, flops=per * n, bytes=traffic), call, seen,
                       note=note)
     price_rows(bench, rows)
     return {"kernels": rows}

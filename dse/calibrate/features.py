@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["FEATURES", "IMAGE_CHANNELS", "IMPL", "KEYS", "TILE", "conv_kind", "copy_kind",
+           "strided_kind",
            "family_key", "feature_kind", "feature_matrix", "fp32_kind", "kind_code",
            "with_feature_kinds",
            "training_rows", "usable_rows", "with_norm_widths"]
@@ -35,7 +36,8 @@ IMPL = FEATURES.index("impl")
 
 _KINDS = {"linear": 0, "conv": 1, "matmul": 2, "norm": 3, "activation": 4, "elementwise": 5,
           "softmax": 6, "reduce": 7, "pool": 8, "other": 9, "other:roll": 10, "other:pad": 11,
-          "other:gather": 12, "conv:image": 13, "matmul:fp32": 14, "softmax:fp32": 15}
+          "other:gather": 12, "conv:image": 13, "matmul:fp32": 14, "softmax:fp32": 15,
+          "elementwise:strided": 16}
 
 #: Input channels up to which a convolution counts as reading an image (``conv:image``): with
 #: 3 channels cuDNN runs ViT's patch embedding without tensor cores, 6-10x slower than a
@@ -162,10 +164,27 @@ def fp32_kind(kind: str, name: str) -> str:
     return kind
 
 
+#: The names of an elementwise op that reads a transposed view: a trace op renamed by
+#: ``workloads.backend.torch_strided_adds`` (``blocks.0.add.strided``) or a benchmarked row of
+#: part ``strided_add`` (``add_strided``).
+_STRIDED_NAMES = ("strided", "add_strided")
+
+
+def strided_kind(kind: str, name: str) -> str:
+    """``kind``, an elementwise op reading a transposed view told apart by its name
+    (``elementwise:strided``): the residual add after a 2:4 linear runs up to 6x slower than
+    the contiguous add of the same elements (H100, ``benchmarks/gpu/collect``)."""
+    if kind == "elementwise" and str(name).rsplit(".", 1)[-1] in _STRIDED_NAMES:
+        return "elementwise:strided"
+    return kind
+
+
 def feature_kind(kind: str, name: str, image_channels: int = 0) -> str:
-    """The kind a trace op is priced as: :func:`copy_kind`, :func:`fp32_kind` and, for a
-    convolution reading an input of ``image_channels``, :func:`conv_kind`."""
-    return conv_kind(fp32_kind(copy_kind(kind, name), name), image_channels)
+    """The kind a trace op is priced as: :func:`copy_kind`, :func:`fp32_kind`,
+    :func:`strided_kind` and, for a convolution reading an input of ``image_channels``,
+    :func:`conv_kind`."""
+    return conv_kind(strided_kind(fp32_kind(copy_kind(kind, name), name), name),
+                     image_channels)
 
 
 def conv_kind(kind: str, input_channels: int) -> str:
@@ -178,7 +197,8 @@ def conv_kind(kind: str, input_channels: int) -> str:
 
 def with_feature_kinds(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` with the kinds the predictors tell apart: data movement by its op name
-    (:func:`copy_kind`), a benchmarked convolution of few input channels by the input its
+    (:func:`copy_kind`), a benchmarked add of a transposed view by its op name
+    (:func:`strided_kind`), a benchmarked convolution of few input channels by the input its
     note records (:func:`conv_kind`), an fp32 product or softmax timed on a GPU (whose runs
     are fp16) by its ``dtype`` (:func:`fp32_kind`)."""
     kind = rows["kind"].astype(str)
@@ -187,9 +207,12 @@ def with_feature_kinds(rows: pd.DataFrame) -> pd.DataFrame:
     other = kind == "other"
     conv = (kind == "conv") & ("note" in rows)
     fp32 = kind.isin(_FP32_KINDS) & (column("dtype") == "fp32") & (column("device") == "cuda")
-    if not (other.any() or conv.any() or fp32.any()):
+    strided = (kind == "elementwise") & column("op").isin(_STRIDED_NAMES)
+    if not (other.any() or conv.any() or fp32.any() or strided.any()):
         return rows
     rows = rows.copy()
+    if strided.any():
+        rows.loc[strided, "kind"] = "elementwise:strided"
     if fp32.any():
         rows.loc[fp32, "kind"] = rows.loc[fp32, "kind"].astype(str) + ":fp32"
     if other.any():

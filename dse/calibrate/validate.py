@@ -493,12 +493,18 @@ def torch_ran(trace, fmt: str, device: str, sdpa: bool | None = None):
     and a sparse one falls back to torch's math attention, because a sparse linear's output is
     a transposed view that SDPA's fused kernels refuse (benchmarks/cpu/results/
     profile_deit_small_b8.csv, benchmarks/gpu/results/collect/profiles.parquet). Only the
-    linears torch converts stay prunable, and on the CPU each sparse linear brings its zero
-    fill, bias add and input copy. Raises :class:`BackendError` for a format torch runs no
+    linears torch converts stay prunable; on the GPU the residual adds reading a 2:4 linear's
+    transposed output are priced as strided adds, and on the CPU each sparse linear brings
+    its zero fill, bias add and input copy. Raises :class:`BackendError` for a format torch runs no
     whole model in on that device (:data:`TORCH_RUNS`), and for a language model's trace
     (only timm models' whole runs were measured and profiled)."""
     import formats
-    from workloads.backend import fuse_attention, torch_cpu_sparse_linears, torch_math_attention
+    from workloads.backend import (
+        fuse_attention,
+        torch_cpu_sparse_linears,
+        torch_math_attention,
+        torch_strided_adds,
+    )
 
     if trace.provenance.get("phase"):
         raise BackendError(f"{trace.model}: what torch runs was measured for timm models only "
@@ -515,6 +521,8 @@ def torch_ran(trace, fmt: str, device: str, sdpa: bool | None = None):
         raise BackendError(f"{fmt}: torch runs no whole model in it on {device} (it runs "
                            f"{ran}); price it as exported (--backend exported)")
     sparse = _converted_linears_only(trace, str(parsed), device)
+    if device == "cuda":
+        sparse = torch_strided_adds(sparse)
     if sdpa:
         sparse = torch_math_attention(sparse, cast_probabilities=device != "cpu")
     if device == "cpu":
