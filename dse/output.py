@@ -159,7 +159,11 @@ class FileSet:
         if held:  # a Ctrl-C now waits until every file of the set is in place
             previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            for tmp, path in self.staged:  # what would stop a folder's move, before any rename
+            for tmp, path in self.staged:  # what would stop a move, before any rename
+                if not tmp.is_dir() and path.is_dir():  # a folder where a file goes
+                    self._discard()
+                    raise OutputError(f"{path}: a folder is in the way of the file; remove it "
+                                      "or choose another name; written: none")
                 if tmp.is_dir() and (in_way := _in_the_way(tmp, path)) is not None:
                     self._discard()
                     raise OutputError(f"{in_way}: in the way of {path}'s files; remove it or "

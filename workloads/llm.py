@@ -56,6 +56,7 @@ from .trace import MAX_PER_SAMPLE, MODEL_INPUT, SCHEMA, Trace, TraceError
 
 __all__ = [
     "LLM_CONFIGS_DIR",
+    "MAX_LAYERS",
     "PHASES",
     "LLMConfig",
     "LLMConfigError",
@@ -101,6 +102,11 @@ class _Architecture:
     window_default: int | None  # transformers' default sliding_window where config.json has none
     kv_heads_default: bool  # num_key_value_heads defaults to num_attention_heads
 
+
+#: The most decoder layers a configuration may have: the largest public models have about 130;
+#: a trace holds ~17 ops a layer, so a mistyped count (1e9) would build ops until memory ran
+#: out rather than fail.
+MAX_LAYERS = 1024
 
 #: The decoder-only families whose structure this module knows (transformers 5 modeling code).
 ARCHITECTURES = {
@@ -271,6 +277,10 @@ def llm_config_from_dict(document: Mapping[str, Any], name: str = "model",
     hidden = positive("hidden_size")
     heads = positive("num_attention_heads")
     layers = positive("num_hidden_layers")
+    if layers > MAX_LAYERS:
+        raise LLMConfigError(f"{where}: field 'num_hidden_layers' is {layers:,}, above the "
+                             f"{MAX_LAYERS:,} layers a trace is built for (the largest public "
+                             "models have about 130); give the model's own layer count")
     kv_heads = positive("num_key_value_heads", heads if arch.kv_heads_default else None)
     if heads % kv_heads:
         raise LLMConfigError(f"{where}: num_attention_heads ({heads}) is not a multiple of "

@@ -96,6 +96,7 @@ def load_model(name_or_path: str | Path, phase: str | None = None,
             return _shipped_llm(text, phase, context)
         return llm_trace(load_llm_config(text), phase, context)
     if phase is not None or context is not None:
+        load_trace(text)  # a name or file that is no trace either is told as what it is
         raise TraceError(f"--phase and --context are for language models "
                          f"({', '.join(llm_names())} or a config.json); {text} is a trace")
     return load_trace(text)

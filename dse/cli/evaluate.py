@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from formats import GRAMMAR_HELP
 
 from .commands import help_of
+from .first_run import evaluation_begins
 from .names import llm_names, trace_names
 from .options import (
     CALIBRATED_FIX,
@@ -73,6 +74,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     check_quantisation(args, d)
     predictors = predictors_from_args(args)
     backend = backend_from_args(args)
+    evaluation_begins(args)  # every input checked: the first run's note, if any
     assumed = assumed_dtypes(args, d.numerics)
     if assumed:
         print(assumed)

@@ -7,8 +7,10 @@ import glob
 import hashlib
 import os
 import sys
+import time
 
-__all__ = ["first_run_done", "kernels_cached", "note_first_compile"]
+__all__ = ["evaluation_begins", "first_run_done", "first_run_started", "kernels_cached",
+           "note_first_compile"]
 
 #: What the note says of the pause before it happens. No figure: the compile time depends on
 #: the machine and its load, and a guess printed as a fact was off by half on the machine it
@@ -47,3 +49,29 @@ def first_run_done(seconds: float) -> str:
     """The line after a run that compiled the kernels: how long it took, measured."""
     return (f"dse: this first run took {seconds:.1f} s, the kernels' compile included; later "
             "runs load them from the cache")
+
+
+def evaluation_begins(args) -> None:
+    """Say, once, that the kernels compile, where they are not cached, as numba loads them: a
+    command calls this when every input it was given is checked and its evaluation begins,
+    so that a refused input is told alone, never after a note about a pause that does not
+    come (nor does a run that prices in numpy only: ``dse.roofline.kernels.numpy_only``).
+    Commands whose parser takes no design options (``evaluates`` unset) say nothing."""
+    if not getattr(args, "evaluates", False) or hasattr(args, "first_run_started"):
+        return
+    args.first_run_started = None
+    note = note_first_compile()
+    if note is None:
+        return
+    from ..roofline import kernels  # numba itself is imported only as the kernels load
+
+    def say() -> None:  # when numba loads them: a search of a small space never does
+        print(note, file=sys.stderr, flush=True)  # instead of a silent pause
+        args.first_run_started = time.perf_counter()
+
+    kernels.on_first_load(say)
+
+
+def first_run_started(args) -> float | None:
+    """When the run that said it compiles the kernels began evaluating, or None."""
+    return getattr(args, "first_run_started", None)

@@ -153,20 +153,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         given = list(sys.argv[1:] if argv is None else argv)
         if given in LIGHT:
             light_parser().parse_args(given)  # prints the help or the version, and exits
-        from .first_run import first_run_done, note_first_compile
+        from .first_run import first_run_done, first_run_started
 
         parser = build_parser(_command_of(given))
         args = parser.parse_args(given)
         # The command as run, for the files that record it (reports, datasets, probes,
         # predictors): credentials masked here, once, for every one of them.
         args.command_line = masked_command(sys.argv[1:] if argv is None else argv)
-        first = getattr(args, "evaluates", False) and (note := note_first_compile())
-        if first:
-            print(note, file=sys.stderr, flush=True)  # instead of a silent pause
-            started = time.perf_counter()
+        # An evaluating command says it compiles the kernels (first_run.evaluation_begins)
+        # once its inputs are checked, not here: a refused input is told alone.
         code = args.run(args)
         sys.stdout.flush()  # a full device shows here, not at the interpreter's exit
-        if first and code == 0:
+        started = first_run_started(args)
+        if started is not None and code == 0:
             print(first_run_done(time.perf_counter() - started), file=sys.stderr, flush=True)
         return code
     # From here the outcome is decided: an interrupt that lands while it is printed (the

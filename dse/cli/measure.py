@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..measure.errors import MeasureError
 from .commands import help_of
+from .first_run import evaluation_begins
 from .options import (
     MAX_THREADS,
     MAX_WAIT_S,
@@ -95,6 +96,7 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     from ..output import FileSet, write_table
 
     check_outputs(files=[("--out", args.out, (".parquet", ".csv"))])
+    _check_side_files(args.out)
     budget = parse_budget(args.budget)
     d = design_from_args(args)
     asked_whole = args.whole_models or args.whole_models_only
@@ -102,6 +104,8 @@ def _cmd_measure(args: argparse.Namespace) -> int:
         _check_timm_model(d.trace, "--whole-models-only" if args.whole_models_only
                           else "--whole-models")
     whole = True if asked_whole else None
+    _check_measure_inputs(d, args.device)
+    evaluation_begins(args)  # every input checked: the first run's note, if any
     result = measure(d.trace, d.accelerator, d.formats, d.batches, device=args.device,
                      budget_s=budget, progress=StatusLine(
                          "measured", "whole models" if args.whole_models_only else "kernels"),
@@ -130,6 +134,25 @@ def _cmd_measure(args: argparse.Namespace) -> int:
               f"({untimed}); {out} holds the kernels only", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_side_files(out: Path) -> None:
+    """The files written beside --out (its provenance, its whole models): a folder under one of
+    their names would stop the set only after the measuring."""
+    for side, what in ((out.with_suffix(".json"), "provenance goes"),
+                       (out.with_suffix(".models.csv"), "whole-model rows go")):
+        if side.is_dir():
+            raise MeasureError(f"--out {out}: {side}, where its {what}, is a folder; remove "
+                               "it or choose another --out")
+
+
+def _check_measure_inputs(d, device: str) -> None:
+    """What measure() refuses before it prices the trace (the device, the formats it has
+    kernels for, the dtypes the spec must rate), checked here first: a refusal comes before
+    the first run's note about compiling the kernels, never after it."""
+    from ..measure.measure import check_inputs
+
+    check_inputs(d.trace, d.accelerator, d.formats, d.batches, device)
 
 
 def _check_timm_model(trace, option: str) -> None:

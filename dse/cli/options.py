@@ -615,9 +615,20 @@ def check_outputs(files: Sequence[tuple] = (), folders: Sequence[tuple[str, Path
     (reports, benchmark outputs): not a file, and a file can be created in it or beside it.
     ``inputs``: ``(option, path)`` or ``(option, path, kind)`` (``"file"``, ``"folder"`` or
     ``"any"``, the default) of inputs given as paths: they exist and can be read. ``None``
-    paths are skipped."""
-    from ..output import check_output_path
+    paths are skipped. A result file and another output naming one path are refused: the
+    second would replace the first (a silent loss), or find it in the way after the work.
+    (Two folders may be one: their files go in side by side.)"""
+    from ..output import OutputError, check_output_path
 
+    named: dict[Path, tuple[str, bool]] = {}
+    for (option, path, *_suffixes), is_file in [*((f, True) for f in files),
+                                                *((f, False) for f in folders)]:
+        if path is not None:
+            where = Path(os.path.abspath(path))
+            if where in named and (is_file or named[where][1]):
+                raise OutputError(f"{named[where][0]} and {option} {path} are one path; give "
+                                  "each output its own")
+            named.setdefault(where, (f"{option} {path}", is_file))
     for option, path, *kind in inputs:
         if path is not None:
             _check_input(option, Path(path), kind[0] if kind else "any")

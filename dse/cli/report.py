@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .commands import help_of
+from .first_run import evaluation_begins
 from .names import DEFAULT_BATCHES, DEFAULT_FORMATS, trace_names
 from .options import (
     CALIBRATED_FIX,
@@ -157,10 +158,22 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from .evaluate import check_quantisation
 
     check_quantisation(args, d)
+    predictors = predictors_from_args(args)
+    # The inputs design_report reads only once it runs, read first: a bad accuracy table or
+    # --measured is refused before the first run's note, not after it.
+    from ..accuracy import DEFAULT_TABLE, load_accuracy_table
+
+    table = load_accuracy_table(args.accuracy_table or DEFAULT_TABLE)
+    if args.measured is not None:
+        from ..measure.dataset import load_dataset, shipped_datasets
+
+        if args.measured not in shipped_datasets():
+            load_dataset(args.measured)  # the user's file: there and a dataset
+    evaluation_begins(args)  # every input checked: the first run's note, if any
     report = design_report(d.traces, d.hardware, d.formats, d.batches, fusion=d.fusions[0],
                            scope=d.scope, numerics=d.numerics,
-                           calibrated=predictors_from_args(args), measured=args.measured,
-                           accuracy_table=args.accuracy_table)
+                           calibrated=predictors, measured=args.measured,
+                           accuracy_table=table)
     index = report.write(args.out, command=args.command_line)
     decode, several = len(report.decode_fits), len(report.hardware)
     print(f"wrote {index} ({len(report.sections)} charts"
@@ -225,8 +238,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     check_quantisation(args, d)
     backend = backend_from_args(args)
+    predictors = predictors_from_args(args)
+    evaluation_begins(args)  # every input checked: the first run's note, if any
     c = compare(d.traces, d.hardware, d.formats, d.batches, fusion=d.fusions, scope=d.scope,
-                numerics=d.numerics, calibrated=predictors_from_args(args), backend=backend)
+                numerics=d.numerics, calibrated=predictors, backend=backend)
     frame, expected, predictors = c.frame(), c.expected, c.predictors
     print(f"priced at {dtypes_text(d.numerics)}, scope {d.scope}")
     print(_comparison_text(frame))
@@ -267,6 +282,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                              "beside the bound, --evaluator simulate replaces the bound by "
                              "simulated latencies: give one of them")
         evaluator = Calibrated(predictors)
+    evaluation_begins(args)  # every input checked: the first run's note, if any
     frame = sweep(d.traces, d.hardware_names, d.overrides, d.formats, varies, d.batches,
                   fusion=d.fusions, scope=d.scope, numerics=d.numerics,
                   evaluator=evaluator, progress=StatusLine("swept"))
@@ -392,6 +408,8 @@ def _cmd_feature_overhead(args: argparse.Namespace) -> int:
     from ..explore import feature_overhead
     from .tables import missing, share
 
+    _check_tornado(args, d)
+    evaluation_begins(args)  # every input checked: the first run's note, if any
     study = feature_overhead(d.traces, d.hardware_names[0], d.overrides, d.formats, d.batches,
                              args.threshold, args.tornado_format,
                              tornado_model=args.tornado_model, fusion=d.fusions[0],
@@ -441,6 +459,20 @@ def _cmd_feature_overhead(args: argparse.Namespace) -> int:
                                 "largest_batch": "largest batch"}).to_string(index=False))
     print(f"\nwrote {index}")
     return 0
+
+
+def _check_tornado(args: argparse.Namespace, d) -> None:
+    """The tornado's model and format, checked before the study evaluates every model (the
+    study itself finds a bad one only after that work)."""
+    from formats import parse as parse_format
+
+    from ..roofline import EvaluationError
+
+    parse_format(args.tornado_format)
+    models = [t.model for t in d.traces]
+    if args.tornado_model is not None and args.tornado_model not in models:
+        raise EvaluationError(f"--tornado-model {args.tornado_model}: not among the studied "
+                              f"models ({', '.join(models)})")
 
 
 def write_search_report(folder: Path, results: pd.DataFrame, title: str,

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .commands import help_of
+from .first_run import evaluation_begins
 from .names import (
     DEFAULT_INT4_GROUP,
     DEFAULT_MAX_ACC_DROP,
@@ -214,6 +216,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     if not args.storage:
         raise StorageError("dse search worker: give --storage URL (or set DSE_SEARCH_STORAGE)")
+    _check_worker_study(args.storage, args.study)
+    evaluation_begins(args)  # the study is there: the first run's note, if any
     meter = None if args.quiet else StatusLine(f"worker {args.worker_index} on {args.study}")
     outcome = run_worker(args.storage, args.study, args.worker_index,
                          progress=meter or (lambda done, total, unit: None),
@@ -225,6 +229,30 @@ def _cmd_worker(args: argparse.Namespace) -> int:
               f"{outcome.unit[:-1]} of the study is stored. Results: "
               f"{resume_command(args.study, None, args.storage)}", file=sys.stderr)
     return 0
+
+
+def _check_worker_study(url: str, study: str) -> None:
+    """Refuse, in one line and before any work, a worker whose study is not in ``url``; a
+    SQLite file that is not there is not created (opening it would leave an empty one)."""
+    from sqlalchemy.engine import make_url
+
+    from search.storage import StorageError, open_storage, redact
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - open_storage says what is wrong with it
+        parsed = None
+    if parsed is not None and parsed.get_backend_name() == "sqlite" \
+            and parsed.database not in (None, "", ":memory:"):
+        database = Path(parsed.database)
+        if database.parent.is_dir() and not database.exists():
+            raise StorageError(f"--storage {redact(url)}: no study database at {database}; "
+                               "give the --storage the study was created with")
+    storage = open_storage(url)
+    try:
+        storage.settings(study)  # "no study NAME in URL" where it is not there
+    finally:
+        storage.dispose()
 
 
 #: Numerics options of dse evaluate that a search does not vary: every design of a search is
@@ -264,7 +292,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         evaluator=args.evaluator,
         simulation=sim_config_from_args(args) if args.evaluator == "simulate" else None,
         lease_s=args.lease_seconds or LEASE_S, calibrated=args.calibrated)
-    outcome = run_search(request, notify=lambda line: print(line, file=sys.stderr),
+    outcome = run_search(request, notify=_notify_after_checks(args),
                          progress=StatusLine("search"))
     print(report(outcome, args.top))
     if args.report is not None:
@@ -274,6 +302,16 @@ def _cmd_search(args: argparse.Namespace) -> int:
                                     args.command_line, outcome.problem.target)
         print(f"wrote {index}")
     return 0
+
+
+def _notify_after_checks(args: argparse.Namespace):
+    """The search's ``notify``: prints each line on stderr. Its first line (the study created
+    or resumed) comes once the search has checked every input, before any design is
+    evaluated: the first run's note about compiling the kernels goes just before it."""
+    def notify(line: str) -> None:
+        evaluation_begins(args)
+        print(line, file=sys.stderr)
+    return notify
 
 
 def _overrides(args: argparse.Namespace) -> dict:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .commands import help_of
+from .first_run import evaluation_begins
 from .options import (
     CALIBRATED_FIX,
     Default,
@@ -80,9 +81,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         raise SimulationError(f"--calibrated with --fusion {d.fusions[0]}: kernel predictors "
                               "price kernels one op at a time; use --fusion unfused (the "
                               "default)")
+    predictors = predictors_from_args(args)
+    evaluation_begins(args)  # every input checked: the first run's note, if any
     result = simulate(d.trace, d.accelerator, d.formats[0], d.batches[0], d.fusions[0],
                       d.scope, config, d.numerics, progress=StatusLine("simulated", "ops"),
-                      calibrated=predictors_from_args(args))
+                      calibrated=predictors)
     if isinstance(result, CalibratedSimulation):
         print(_calibration_note(result))
     _print_result(result, args.top, d.numerics)

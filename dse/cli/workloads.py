@@ -83,8 +83,18 @@ def _cmd_workloads_show(args: argparse.Namespace) -> int:
     import pandas as pd
 
     import workloads
-    from workloads import load_trace
+    from workloads import TraceError, load_trace
+    from workloads.llm import load_llm_config
+    from workloads.registry import is_language_model
 
+    if is_language_model(args.name.strip()):
+        # Told as what it is, not as an unknown trace: its ops depend on the phase and context
+        # (a configuration with a fault is told that fault first).
+        load_llm_config(args.name.strip())
+        raise TraceError(f"{args.name.strip()} is a language model: its trace depends on the "
+                         "phase and the context length; see its ops with dse evaluate --model "
+                         f"{args.name.strip()} --phase prefill|decode --context TOKENS "
+                         "--per-layer")
     trace = load_trace(args.name)
     print(f"model: {trace.model}")
     print(f"input (per sample): {'x'.join(str(d) for d in trace.input_shape)}")

@@ -76,6 +76,7 @@ __all__ = [
     "DEVICE_FAMILIES",
     "MeasureError",
     "MeasureResult",
+    "check_inputs",
     "measure",
     "blank_row",
     "parse_budget",
@@ -446,6 +447,15 @@ def _run_base(device: str, trace_name: str) -> tuple[dict, dict]:
             "device": device, "device_name": str(facts["device_name"]),
             "fingerprint": json.dumps(facts, sort_keys=True, default=str)}
     return base, facts
+
+
+def check_inputs(trace, hw, formats: Sequence[str], batches, device: str) -> None:
+    """Refuse, with :class:`MeasureError`, what :func:`measure` would refuse before measuring
+    anything (the device, the formats it has kernels for, the dtypes the spec must rate): a
+    command line checks its inputs with this before it announces any work."""
+    _, checked_hw, _ = _inputs(trace, hw, batches, device)
+    _formats(formats, device)
+    _numerics(device, checked_hw)
 
 
 def measure(
