@@ -20,7 +20,23 @@ def run() -> int:
         code = INTERRUPTED
     if code == INTERRUPTED:
         _forget_the_told_interrupt()
+    elif code == 0:
+        _skip_the_last_collections()
     return code
+
+
+def _skip_the_last_collections() -> None:
+    """Exempt every object made so far from the garbage collections the interpreter runs as
+    it exits: after the default `dse search` (pandas, SQLAlchemy, Optuna loaded) they walk its
+    143,000 objects over and over, 0.18-0.22 s on a 2-vCPU VM (0.03 s frozen), for memory the
+    process hands back when it ends. Everything is still freed by reference count; only what
+    lies in reference cycles is left to the end of the process, so nothing that must close may
+    wait for them: the command's files are closed, and the study's database connections too
+    (``search.study``). Only after a command that succeeded: a failed one exits as Python
+    does."""
+    import gc
+
+    gc.freeze()
 
 
 def _forget_the_told_interrupt() -> None:

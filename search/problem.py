@@ -33,6 +33,7 @@ from dse.explore import ROOFLINE, Block, Calibrated, Evaluator, Simulator, evalu
 from dse.roofline import DEFAULT_NUMERICS, Numerics, NumericsError
 from dse.roofline.energy import ENERGY_COLUMNS, energy_frame, evaluate_layer_frames
 from dse.roofline.evaluator import label_column
+from dse.roofline.kernels import numpy_only
 from dse.roofline.memory import activation_peak, memory_frame
 from dse.sim import SimConfig
 from formats import NM
@@ -53,7 +54,13 @@ from .space import (
 )
 from .target import Objective, Target, make_objective, parse_target
 
-__all__ = ["Problem", "SearchError", "Settings"]
+__all__ = ["NUMPY_STUDY_OP_EVALS", "Problem", "SearchError", "Settings"]
+
+#: Studies of at most this many op-evaluations (design points, dense included, times the ops of
+#: their model) are priced in numpy (:func:`dse.roofline.kernels.numpy_only`): numpy prices about
+#: 3 million a second here, and loading numba's cached kernels costs ~0.6 s a process (imports
+#: included), so below this a search never loads numba.
+NUMPY_STUDY_OP_EVALS = 250_000
 
 
 @dataclass(frozen=True)
@@ -298,6 +305,22 @@ class Problem:
                         formats: tuple[str, ...] | None = None) -> pd.DataFrame:
         """Scored rows of ``model`` on hardware ``points`` (numbered from ``first``) for every
         evaluated format (or ``formats``) and batch; rows in hardware, format, batch order."""
+        with numpy_only(self.in_numpy):
+            return self._evaluate_points(model, points, first, formats)
+
+    @cached_property
+    def in_numpy(self) -> bool:
+        """Whether the study is priced in numpy, numba never loaded: a finite space of at most
+        :data:`NUMPY_STUDY_OP_EVALS` op-evaluations, evaluated in this process (the simulator's
+        workers price their own plans). The same answer for every worker of a study."""
+        points = self.space.hardware_count()
+        if self.simulation is not None or not math.isfinite(points):
+            return False
+        per_op = len(self.space.batches) * (len(self.evaluated) + 1) * points
+        return sum(per_op * len(t.ops) for t in self.traces) <= NUMPY_STUDY_OP_EVALS
+
+    def _evaluate_points(self, model: int, points: list[HardwarePoint], first: int,
+                         formats: tuple[str, ...] | None) -> pd.DataFrame:
         trace = self.traces[model]
         formats = self.evaluated if formats is None else formats
         accelerators = tuple(self.builder.build(p.base, p.values) for p in points)

@@ -577,7 +577,16 @@ def _run_search(request: SearchRequest, notify: Notify, progress: Progress) -> S
         _fail_on_full_device(exc, storage, out, created, fresh_db)
         raise
     _remove_leftovers(out, since)
+    _close(storage)
     return outcome
+
+
+def _close(storage: Storage) -> None:
+    """Close the study's connections, Optuna's too, once its work is done: SQLite folds its
+    write-ahead log into the database file as the last one closes, which should not wait for
+    the interpreter's exit (the command line's exit skips collecting garbage: ``dse.__main__``)."""
+    opt.close(storage)
+    storage.dispose()
 
 
 def _repair(problem: Problem, storage: Storage, study: str) -> bool:
@@ -704,6 +713,7 @@ def _run_worker(storage_url: str, study: str, index: int, progress: Progress, no
     _repair(problem, storage, study)
     tally = _Tally(progress, *_state(problem, storage, study))
     ran = _work(problem, storage, study, index, tally, notify, lease_s)
+    _close(storage)
     return WorkerOutcome(ran, tally.unit)
 
 

@@ -1,6 +1,8 @@
-"""What a first run compiles (issue 27): the default `dse search` on an empty numba cache
-compiles the totals kernel once (one signature of `_accumulate`, the serial totals kernel) and
-nothing else; per-op costs of small grids come from numpy, bit for bit the compiled loop's."""
+"""What a first run compiles (issue 27): the default `dse search` prices its small space in
+numpy and never imports numba; a search past that size, on an empty numba cache, compiles the
+totals kernel once (one signature of `_accumulate`, the serial totals kernel) and nothing else;
+per-op costs of small grids come from numpy, bit for bit the compiled loop's, and totals in
+numpy (`kernels.numpy_only`) equal the compiled kernel's to 1e-12."""
 
 from __future__ import annotations
 
@@ -22,25 +24,52 @@ ROOT = Path(__file__).resolve().parents[1]
 _SEARCH = """
 import json, sys
 sys.path.insert(0, {root!r})
+import search.problem
+search.problem.NUMPY_STUDY_OP_EVALS = {numpy_op_evals}
 from dse.cli.main import main
 code = main(["search", "--target", "1.3x_over_2:4"])
+print("LOADED", json.dumps(sorted(m for m in ("numba", "llvmlite", "scipy") if m in sys.modules)))
 import dse.roofline.kernels as K
 names = ("_accumulate", "_design_totals_serial", "_design_totals_parallel", "_per_op_serial",
          "_per_op_parallel")
-print("SIGNATURES", json.dumps({{n: len(getattr(K, n).signatures) for n in names}}))
+if "numba" in sys.modules:  # reading them would load the kernels
+    print("SIGNATURES", json.dumps({{n: len(getattr(K, n).signatures) for n in names}}))
 sys.exit(code)
 """
 
 
-def test_default_search_compiles_only_the_serial_totals_kernel(tmp_path):
-    """A fresh cache: one signature of the sums (not one per kernel index, as the literal
-    indices gave: three), the serial totals kernel, no per-op kernel (numpy at this size), no
-    parallel kernel (86 designs); the cache folder holds those two functions only."""
+def _search(tmp_path, numpy_op_evals):
+    """The default search in a new process on an empty numba cache, its study priced in numpy
+    up to ``numpy_op_evals`` op-evaluations; (run, cache folder, modules it loaded)."""
     cache = tmp_path / "numba"
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
-    run = subprocess.run([sys.executable, "-c", _SEARCH.format(root=str(ROOT))], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=900)
+    script = _SEARCH.format(root=str(ROOT), numpy_op_evals=numpy_op_evals)
+    run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
+    line = next(x for x in run.stdout.splitlines() if x.startswith("LOADED "))
+    return run, cache, json.loads(line.split(" ", 1)[1])
+
+
+def test_default_search_never_loads_numba(tmp_path):
+    """86 designs of two models of 53 and 59 GEMMs: ~10,000 op-evaluations, priced in numpy.
+    numba, llvmlite and scipy (which numba's array maths imports) are never imported, nothing
+    is compiled or cached, and no first-run note is printed: nothing pauses."""
+    from search.problem import NUMPY_STUDY_OP_EVALS
+
+    run, cache, loaded = _search(tmp_path, NUMPY_STUDY_OP_EVALS)
+    assert loaded == []
+    assert not list(cache.rglob("*.nbi"))
+    assert "compiling" not in run.stderr and "first run took" not in run.stderr
+
+
+def test_first_compiled_search_compiles_only_the_serial_totals_kernel(tmp_path):
+    """A fresh cache, the same search priced by numba (no study in numpy): one signature of
+    the sums (not one per kernel index, as the literal indices gave: three), the serial
+    totals kernel, no per-op kernel (numpy at this size), no parallel kernel (86 designs);
+    the cache folder holds those two functions only."""
+    run, cache, loaded = _search(tmp_path, 0)
+    assert "numba" in loaded
     line = next(x for x in run.stdout.splitlines() if x.startswith("SIGNATURES "))
     assert json.loads(line.split(" ", 1)[1]) == {
         "_accumulate": 1, "_design_totals_serial": 1, "_design_totals_parallel": 0,
@@ -103,7 +132,8 @@ def _row(values):
     return [values[c] for c in range(K.TOTAL_COLUMNS)]
 
 
-@pytest.mark.parametrize("kernel", ["_design_totals_serial", "_design_totals_parallel"])
+@pytest.mark.parametrize("kernel", ["_design_totals_serial", "_design_totals_parallel",
+                                    "_design_totals_numpy"])
 def test_totals_by_hand_own_and_fallback(kernel):
     hw, batches, arrays = _totals_inputs()
     run = getattr(K, kernel)
@@ -128,6 +158,52 @@ def _per_op_inputs(rng, n_hw, n_fmt, n_batch, n_ops, special):
         vflops[0] = -0.0
     kernels = rng.integers(0, 3, n_hw * n_fmt * n_batch).astype(np.int64)
     return (hw, kernels, batches, *arrays, vflops)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_numpy_totals_equal_the_compiled_kernel(seed):
+    """Random grids, hardware that cannot run some formats (both fallbacks priced), and every
+    third seed infinite rates, NaN and signed zeros: the totals in numpy (`numpy_only`) are the
+    serial kernel's to 1e-12 relative, NaN where it has NaN, counts and copies exact."""
+    rng = np.random.default_rng(seed)
+    n_hw, n_fmt, n_batch = (int(rng.integers(1, 5)) for _ in range(3))
+    n_ops = int(rng.integers(1, 300))
+    hw, _, batches, *arrays, vflops = _per_op_inputs(rng, n_hw, n_fmt, n_batch, n_ops,
+                                                     special=seed % 3 == 0)
+    native_ok = rng.random((n_hw, n_fmt)) < 0.5
+    fallback_ops = rng.integers(0, 3, n_fmt).astype(np.int64)
+    native_ok[0, 0], fallback_ops[0] = False, 1  # at least one design prices both fallbacks
+    args = (hw, native_ok, fallback_ops, batches, *arrays, vflops)
+    compiled = K._design_totals_serial(*args)
+    with K.numpy_only():
+        in_numpy = K.design_totals(*args)
+    assert in_numpy.shape == compiled.shape and in_numpy.dtype == compiled.dtype
+    np.testing.assert_array_equal(np.isnan(in_numpy), np.isnan(compiled))
+    np.testing.assert_allclose(in_numpy, compiled, rtol=1e-12, atol=0)
+    counts = [K.T_MEMBOUND_UNFUSED, K.T_MEMBOUND_FUSED]
+    np.testing.assert_array_equal(in_numpy[..., counts], compiled[..., counts])
+    copied = (native_ok | (fallback_ops == 0)[None, :]).repeat(n_batch, axis=1).ravel()
+    np.testing.assert_array_equal(in_numpy[copied, 1], in_numpy[copied, 0])
+
+
+def test_numpy_only_takes_neither_kernel(monkeypatch):
+    """Inside `numpy_only` neither compiled kernel is called, whatever the grid's size (the
+    per-op costs past NUMPY_MAX_OP_EVALS too); outside it, as before."""
+    calls = []
+    for name in ("_design_totals_serial", "_design_totals_parallel", "_per_op_serial",
+                 "_per_op_parallel"):
+        monkeypatch.setattr(K, name, lambda *a, name=name: calls.append(name))
+    rng = np.random.default_rng(0)
+    hw, kernels, batches, *arrays, vflops = _per_op_inputs(rng, 1, 1, 1,
+                                                           K.NUMPY_MAX_OP_EVALS, special=False)
+    totals_args = (hw, np.array([[True]]), np.array([0], np.int64), batches, *arrays, vflops)
+    with K.numpy_only():
+        assert K.design_totals(*totals_args).shape == (1, 2, K.TOTAL_COLUMNS)
+        assert len(K.per_op(hw, kernels, batches, *arrays, vflops)) == 5
+    assert calls == []
+    K.design_totals(*totals_args)
+    K.per_op(hw, kernels, batches, *arrays, vflops)
+    assert calls == ["_design_totals_serial", "_per_op_serial"]
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -90,7 +90,9 @@ def test_tiny_search_winner_by_hand(tiny, evaluated):
 
 def test_tiny_search_prices_as_dse_evaluate(tiny, evaluated):
     for fmt in ("dense", "1:4", "2:8", "4:16", "2:4"):
-        assert tiny.loc[fmt, "speedup"] == evaluated.loc[fmt, "speedup"], fmt  # bit for bit
+        # To rounding: a study this small is priced in numpy (kernels.numpy_only).
+        assert tiny.loc[fmt, "speedup"] == pytest.approx(evaluated.loc[fmt, "speedup"],
+                                                         rel=1e-12, abs=0), fmt
         assert tiny.loc[fmt, "tokens_per_s"] == pytest.approx(evaluated.loc[fmt, "tokens_per_s"])
         assert tiny.loc[fmt, "peak_memory_bytes"] == pytest.approx(
             evaluated.loc[fmt, "peak_memory_bytes"])
@@ -165,8 +167,11 @@ def test_int4_search_prices_the_quantised_weights(tmp_path):
                  "--set", "sparse_tensor.patterns=2:4", "--weight-dtype", "int4",
                  "--kv-dtype", "fp8", "--out", str(evaluated)]) == 0
     expected = pd.read_csv(evaluated).set_index("format")
-    assert got.loc["dense", "latency_s"] == expected.loc["dense", "latency_s"]
-    assert got.loc["2:4", "weight_bytes"] == expected.loc["2:4", "weight_bytes"]
+    # To rounding: a study this small is priced in numpy (kernels.numpy_only).
+    assert got.loc["dense", "latency_s"] == pytest.approx(expected.loc["dense", "latency_s"],
+                                                          rel=1e-12, abs=0)
+    assert got.loc["2:4", "weight_bytes"] == pytest.approx(
+        expected.loc["2:4", "weight_bytes"], rel=1e-12, abs=0)
     assert str(got.loc["2:4", "weight_dtype"]) == "int4 (group 128)"
     # No published int4 figure: every format, dense included, has no accuracy.
     assert results["accuracy"].isna().all()

@@ -209,7 +209,9 @@ def test_default_search_speedups_equal_dse_evaluate(default_search, tmp_path):
         got.index = got.index.astype(str)
         assert set(got.index) == set(expected.index)
         for fmt in got.index:
-            assert got[fmt] == expected[fmt], fmt  # same design, same number, bit for bit
+            # Same design, same number: to rounding, as a study this small is priced in
+            # numpy (dse.roofline.kernels.numpy_only) and dse evaluate by numba's kernels.
+            assert got[fmt] == pytest.approx(expected[fmt], rel=1e-12, abs=0), fmt
 
 
 def test_default_search_answers_bob(default_search):

@@ -1,7 +1,9 @@
 """Numba kernels of the speed-of-light evaluator, behind the typed wrappers
 ``design_totals`` and ``per_op``; users call them through ``dse.evaluate`` (the benchmarks and
 the simulator's planner call them directly). ``per_op`` prices small grids in numpy, the same
-bits (nothing to compile on a first run); the totals always come from the compiled sums.
+bits (nothing to compile on a first run); the totals come from the compiled sums, except inside
+:func:`numpy_only` (a search of a small space), where every grid is priced in numpy and numba is
+never imported.
 
 Inputs are the arrays of :class:`dse.roofline.pricing.KernelArrays` (per alternative kernel, format
 and op in scope: useful FLOPs split by unit, weight bytes) plus, per hardware, the reciprocal rates
@@ -25,8 +27,12 @@ fused_prefetched.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import threading
+from collections.abc import Callable, Iterator
+
 import numpy as np
-from numba import njit, prange
 
 from .pricing import KERNEL_CSR, KERNEL_DENSE, KERNEL_OWN
 
@@ -35,7 +41,7 @@ __all__ = [
     "NUMPY_MAX_OP_EVALS", "PARALLEL_MIN_OP_EVALS", "TOTAL_COLUMNS", "T_COMPUTE", "T_FLOPS",
     "T_FUSED", "T_FEATURES_FUSED", "T_FEATURES_UNFUSED", "T_MEMBOUND_FUSED", "T_MEMBOUND_UNFUSED",
     "T_MEMORY_FUSED", "T_MEMORY_UNFUSED", "T_UNFUSED",
-    "T_WEIGHT_BYTES", "design_totals", "per_op",
+    "T_WEIGHT_BYTES", "design_totals", "numpy_only", "on_first_load", "per_op",
 ]
 
 # Columns of the per-hardware parameter array: reciprocals, so the hot loop multiplies.
@@ -52,12 +58,95 @@ TOTAL_COLUMNS = 11
 PARALLEL_MIN_OP_EVALS = 200_000
 
 
+# numba is imported when a compiled kernel first runs, not with this module: a process that
+# prices only in numpy (a search of a small space: `numpy_only`) never imports it (~0.2 s)
+# nor loads the cached kernels (~0.4 s: numba's typing registries, scipy.linalg among their
+# imports; cProfile of a warm default search, 2-vCPU VM). Until then the kernels below are
+# plain functions behind `_Deferred` stand-ins; `_load` wraps each in numba's dispatcher,
+# callees first, and binds it under its own name, where the compiled callers look it up.
+_KERNELS: list[tuple[str, Callable, dict]] = []
+_COMPILED: dict[str, Callable] = {}
+_LOADING = threading.Lock()
+_FIRST_LOAD: list[Callable[[], None]] = []  # at most one: see on_first_load
+prange = range  # numba.prange once loaded (the parallel kernels' loops)
+
+
+def _jit(**options):
+    """``numba.njit(**options)``, applied when a kernel is first used."""
+    def defer(func: Callable) -> _Deferred:
+        _KERNELS.append((func.__name__, func, options))
+        return _Deferred(func.__name__)
+    return defer
+
+
+class _Deferred:
+    """Stands for a compiled kernel until numba is loaded: calling it (or reading an attribute,
+    e.g. ``signatures``) loads every kernel, then forwards to its dispatcher."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _dispatcher(self) -> Callable:
+        if not _COMPILED:
+            _load()
+        return _COMPILED[self.name]
+
+    def __call__(self, *args):
+        return self._dispatcher()(*args)
+
+    def __getattr__(self, attr: str):
+        return getattr(self._dispatcher(), attr)
+
+
+def _load() -> None:
+    with _LOADING:
+        if _COMPILED:
+            return
+        for hook in _FIRST_LOAD:
+            hook()
+        _FIRST_LOAD.clear()
+        import numba
+
+        module = globals()
+        module["prange"] = numba.prange
+        for name, func, options in _KERNELS:  # definition order: callees before callers
+            _COMPILED[name] = module[name] = numba.njit(**options)(func)
+
+
+def on_first_load(hook: Callable[[], None] | None) -> None:
+    """Call ``hook`` once, just before numba is imported to load or compile the kernels (the
+    command line says there that a first run compiles them), in place of the hook given
+    before (None: no hook); never if they are loaded already."""
+    _FIRST_LOAD.clear()
+    if hook is not None and not _COMPILED:
+        _FIRST_LOAD.append(hook)
+
+
+_NUMPY_ONLY = contextvars.ContextVar("dse_roofline_numpy_only", default=False)
+
+
+@contextlib.contextmanager
+def numpy_only(enabled: bool = True) -> Iterator[None]:
+    """While the block runs (in this thread), price every grid in numpy, whatever its size:
+    numba is neither imported nor loaded. Per-op costs are the compiled loop's bit for bit; the
+    totals sum each design's ops in numpy's order, where the compiled kernel reassociates its
+    sums (and may contract a product and a sum into one rounding), so they agree to a few units
+    in the last place (relative 1e-15 and below over a model's ops; every count exact but on a
+    tie within that rounding). For work small in total, where loading numba's kernels costs
+    more than pricing it in numpy: a search of a small space (``search.problem``)."""
+    token = _NUMPY_ONLY.set(enabled)
+    try:
+        yield
+    finally:
+        _NUMPY_ONLY.reset(token)
+
+
 # Reassociation lets LLVM vectorize the sums over ops (about 3x here); it changes only the
 # order of additions, so totals differ from a left-to-right sum by rounding (~1e-16 relative).
 # It takes one kernel's rows, not the kernel's index: an index given as a constant
 # (KERNEL_OWN, ...) is typed as a literal, and each literal compiled a copy of this function
 # (three on a first run, ~0.35 s each).
-@njit(cache=True, fastmath={"reassoc", "contract", "nsz"})
+@_jit(cache=True, fastmath={"reassoc", "contract", "nsz"})
 def _accumulate(out, batch, rates, ft, fs, fc, wb, fu, ff, vflops):
     s_tensor = batch * rates[HW_INV_TENSOR]
     s_sparse = batch * rates[HW_INV_SPARSE]
@@ -108,7 +197,7 @@ def _accumulate(out, batch, rates, ft, fs, fc, wb, fu, ff, vflops):
 # Inlined into both totals kernels (numba IR, before typing): compiled as a function of its
 # own it cost a first run ~0.3 s more. It does no floating-point arithmetic of its own, so
 # the caller's flags (no fastmath) change nothing; the sums stay in `_accumulate`.
-@njit(inline="always")
+@_jit(inline="always")
 def _one_design(out, d, hw, native_ok, fallback_ops, batches, tensor_flops, sparse_flops,
                 csr_flops, weight_bytes, feat_unfused, feat_fused, vflops):
     n_fmt = tensor_flops.shape[1]
@@ -136,7 +225,7 @@ def _one_design(out, d, hw, native_ok, fallback_ops, batches, tensor_flops, spar
 
 # Two kernels, not one function compiled twice: numba's cache keys on the function, not on
 # the `parallel` flag, so a shared function would load whichever variant was cached first.
-@njit(cache=True)
+@_jit(cache=True)
 def _design_totals_serial(hw, native_ok, fallback_ops, batches, tensor_flops, sparse_flops,
                           csr_flops, weight_bytes, feat_unfused, feat_fused, vflops):
     n_designs = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0]
@@ -147,7 +236,7 @@ def _design_totals_serial(hw, native_ok, fallback_ops, batches, tensor_flops, sp
     return out
 
 
-@njit(cache=True, parallel=True)
+@_jit(cache=True, parallel=True)
 def _design_totals_parallel(hw, native_ok, fallback_ops, batches, tensor_flops, sparse_flops,
                             csr_flops, weight_bytes, feat_unfused, feat_fused, vflops):
     n_designs = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0]
@@ -165,16 +254,77 @@ def design_totals(hw, native_ok, fallback_ops, batches, tensor_flops, sparse_flo
     ``[:, 0]`` is the format's own kernel, or dense where the hardware cannot run it;
     ``[:, 1]`` is the same with CSR instead of dense (a copy of ``[:, 0]`` where nothing falls
     back). ``fallback_ops[f]`` counts the ops in scope that need format f's own kernel.
+    Inside :func:`numpy_only`, in numpy (:func:`_design_totals_numpy`).
     """
+    if _NUMPY_ONLY.get():
+        return _design_totals_numpy(hw, native_ok, fallback_ops, batches, tensor_flops,
+                                    sparse_flops, csr_flops, weight_bytes, feat_unfused,
+                                    feat_fused, vflops)
     work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]
     kernel = _design_totals_parallel if work >= PARALLEL_MIN_OP_EVALS else _design_totals_serial
     return kernel(hw, native_ok, fallback_ops, batches, tensor_flops, sparse_flops, csr_flops,
                   weight_bytes, feat_unfused, feat_fused, vflops)
 
 
+def _design_totals_numpy(hw, native_ok, fallback_ops, batches, tensor_flops, sparse_flops,
+                         csr_flops, weight_bytes, feat_unfused, feat_fused, vflops):
+    """:func:`_design_totals_serial` in numpy: each op's times are the same IEEE operations
+    (``max(a, b)`` as numba's ``b if b > a else a``), and each design's sums over its ops are
+    numpy's (pairwise) where the kernel's are reassociated by LLVM: equal to rounding."""
+    n_fmt, n_batch = tensor_flops.shape[1], batches.shape[0]
+    d = np.arange(hw.shape[0] * n_fmt * n_batch)
+    h, f = d // (n_fmt * n_batch), (d // n_batch) % n_fmt
+    batch, rates = batches[d % n_batch], hw[h]
+    own = native_ok[h, f] | (fallback_ops[f] == 0)
+    arrays = (tensor_flops, sparse_flops, csr_flops, weight_bytes, feat_unfused, feat_fused,
+              vflops)
+    out = np.empty((len(d), 2, TOTAL_COLUMNS))
+    out[:, 0] = _sums_numpy(np.where(own, KERNEL_OWN, KERNEL_DENSE), f, batch, rates, *arrays)
+    out[:, 1] = out[:, 0]  # where nothing falls back, a copy (as the kernel's element loop)
+    back = np.flatnonzero(~own)
+    if len(back):
+        out[back, 1] = _sums_numpy(np.full(len(back), KERNEL_CSR), f[back], batch[back],
+                                   rates[back], *arrays)
+    return out
+
+
+def _sums_numpy(k, f, batch, rates, tensor_flops, sparse_flops, csr_flops, weight_bytes,
+                feat_unfused, feat_fused, vflops):
+    """:func:`_accumulate` of every design (kernel ``k``, format ``f``, ``batch``, the
+    hardware's ``rates``) at once: ``(len(k), TOTAL_COLUMNS)``."""
+    b = batch[:, None]
+    s_tensor = b * rates[:, HW_INV_TENSOR, None]
+    s_sparse = b * rates[:, HW_INV_SPARSE, None]
+    s_csr = b * rates[:, HW_INV_CSR, None]
+    s_vector = b * rates[:, HW_INV_VECTOR, None]
+    inv_bw = rates[:, HW_INV_BW, None]
+    ft, fs, fc = tensor_flops[k, f], sparse_flops[k, f], csr_flops[k, f]
+    wb, fu, ff = weight_bytes[k, f], feat_unfused[k, f], feat_fused[k, f]
+    out = np.empty((len(k), TOTAL_COLUMNS))
+    with np.errstate(all="ignore"):  # IEEE results, silent, as the compiled loop gives them
+        t_tensor = ft * s_tensor + fs * s_sparse
+        t_vector = fc * s_csr + vflops * s_vector
+        c = np.where(t_vector > t_tensor, t_vector, t_tensor)
+        m = (wb + fu * b) * inv_bw
+        fm = (wb + ff * b) * inv_bw
+        mem_bound, fused_mem_bound = m > c, fm > c
+        out[:, T_UNFUSED] = np.where(mem_bound, m, c).sum(axis=1)
+        out[:, T_FUSED] = np.where(fused_mem_bound, fm, c).sum(axis=1)
+        out[:, T_COMPUTE] = c.sum(axis=1)
+        out[:, T_MEMORY_UNFUSED] = m.sum(axis=1)
+        out[:, T_MEMORY_FUSED] = fm.sum(axis=1)
+        out[:, T_WEIGHT_BYTES] = wb.sum(axis=1)
+        out[:, T_FLOPS] = (ft + fs + fc).sum(axis=1) * batch
+        out[:, T_MEMBOUND_UNFUSED] = mem_bound.sum(axis=1)
+        out[:, T_MEMBOUND_FUSED] = fused_mem_bound.sum(axis=1)
+        out[:, T_FEATURES_UNFUSED] = fu.sum(axis=1) * batch
+        out[:, T_FEATURES_FUSED] = ff.sum(axis=1) * batch
+    return out
+
+
 # Inlined, as `_one_design` (~0.15 s less to compile for the serial kernel, ~0.3 s for the
 # parallel one); the same flags as its callers (no fastmath), so the same arithmetic.
-@njit(inline="always")
+@_jit(inline="always")
 def _one_design_per_op(d, hw, kernels, batches, tensor_flops, sparse_flops, csr_flops,
                        weight_bytes, feat_unfused, feat_fused, vflops, compute, memory,
                        memory_fused, op_flops, op_wbytes):
@@ -199,7 +349,7 @@ def _one_design_per_op(d, hw, kernels, batches, tensor_flops, sparse_flops, csr_
         op_wbytes[d, j] = wb
 
 
-@njit(cache=True)
+@_jit(cache=True)
 def _per_op_serial(hw, kernels, batches, tensor_flops, sparse_flops, csr_flops, weight_bytes,
                    feat_unfused, feat_fused, vflops):
     shape = (hw.shape[0] * tensor_flops.shape[1] * batches.shape[0], tensor_flops.shape[2])
@@ -212,7 +362,7 @@ def _per_op_serial(hw, kernels, batches, tensor_flops, sparse_flops, csr_flops, 
     return compute, memory, memory_fused, op_flops, op_wbytes
 
 
-@njit(cache=True, parallel=True)
+@_jit(cache=True, parallel=True)
 def _per_op_parallel(hw, kernels, batches, tensor_flops, sparse_flops, csr_flops, weight_bytes,
                      feat_unfused, feat_fused, vflops):
     shape = (hw.shape[0] * tensor_flops.shape[1] * batches.shape[0], tensor_flops.shape[2])
@@ -263,9 +413,10 @@ def per_op(hw, kernels, batches, tensor_flops, sparse_flops, csr_flops, weight_b
            feat_unfused, feat_fused, vflops):
     """Per-design, per-op costs, arrays ``(D, P)``, design d running ``kernels[d]``
     (``KERNEL_*``): compute time, unfused and fused memory time, useful FLOPs, weight bytes.
-    Small grids (below ``NUMPY_MAX_OP_EVALS``) in numpy, the same bits as the kernels."""
+    Small grids (below ``NUMPY_MAX_OP_EVALS``), and every grid inside :func:`numpy_only`, in
+    numpy, the same bits as the kernels."""
     work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]
-    if work < NUMPY_MAX_OP_EVALS:
+    if work < NUMPY_MAX_OP_EVALS or _NUMPY_ONLY.get():
         return _per_op_numpy(hw, kernels, batches, tensor_flops, sparse_flops, csr_flops,
                              weight_bytes, feat_unfused, feat_fused, vflops)
     kernel = _per_op_parallel if work >= PARALLEL_MIN_OP_EVALS else _per_op_serial
