@@ -168,20 +168,21 @@ def _run_spmv(args: argparse.Namespace, budget: float, out: Path) -> int:
     if budget <= AFTER_RUN_S:
         raise BenchError(f"--budget {args.budget}: {AFTER_RUN_S:.0f} s of it go to writing the "
                          "results and the report; give at least 30s")
-    plan = plan_spmv_benchmark(budget - AFTER_RUN_S, max_dim=args.max_dim, seed=args.seed,
-                               blocks=args.blocks, bandwidths=bandwidths)
+    plan = plan_spmv_benchmark(budget, max_dim=args.max_dim, seed=args.seed,
+                               blocks=args.blocks, bandwidths=bandwidths, reserve_s=AFTER_RUN_S)
     dropped = _dropped(plan.pruning.dropped)
-    print(f"estimate: {plan.predicted_s:.0f} s of benchmarking for {len(plan.matrices)} of "
-          f"{len(plan.space)} matrices; with {AFTER_RUN_S:.0f} s for writing the results and "
-          f"the report, the run ends within the {budget:.0f} s budget"
-          + (f"; pruned: {dropped}" if dropped else ""),
-          flush=True)
     # Progress in predicted seconds, not matrices: the matrices run smallest first, so a count
-    # would promise an end far too soon.
+    # would promise an end far too soon. The estimate printed is the total the meter counts
+    # to; the calibration it follows is already done.
     predicted = plan.costs.groupby("matrix", sort=True)["seconds"].sum().cumsum().to_numpy()
+    print(f"estimate: {_estimate_s(predicted)} s of benchmarking for {len(plan.matrices)} of "
+          f"{len(plan.space)} matrices, after {plan.calibration.seconds:.0f} s of calibration; "
+          f"with {AFTER_RUN_S:.0f} s for writing the results and the report, the run ends "
+          f"within the {budget:.0f} s budget" + (f"; pruned: {dropped}" if dropped else ""),
+          flush=True)
     meter = StatusLine("benchmarked", "s of the estimate")
     result = run_spmv_plan(plan, progress=lambda done, total: meter(
-        round(float(predicted[done - 1])), round(float(predicted[-1]))))
+        round(float(predicted[done - 1])), _estimate_s(predicted)))
     machine = f"{cpu_model()} ({platform.machine()})"
     parquet = out / "spmv.parquet"
 
@@ -208,6 +209,11 @@ def _run_spmv(args: argparse.Namespace, budget: float, out: Path) -> int:
     print(format_summary(summary, machine))
     print(f"wrote {parquet} ({len(result.frame)} rows) and {index}")
     return 0
+
+
+def _estimate_s(predicted) -> int:
+    """Whole seconds of the benchmark's estimate: the header's figure and the progress total."""
+    return round(float(predicted[-1])) if len(predicted) else 0
 
 
 def _check_spmv_dim(max_dim: int) -> None:

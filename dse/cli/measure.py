@@ -42,7 +42,7 @@ def add_parsers(commands) -> None:
                     "fraction of it reached. Weights are real masks of each format. Needs torch: "
                     "pip install 'sparsity-dse[export]'.",
         epilog="Example: dse hw probe --out host.toml && dse measure --model convnext_tiny "
-               "--hw host.toml --format block4@87.5%% --format unstructured@90%% --batch 1 "
+               "--hw host.toml --format block4@87.5% --format unstructured@90% --batch 1 "
                "--batch 8 --budget 5m --out cpu.parquet")
     add_design_options(mp, single=("--model", "--hw"), formats=Default((), "dense only"),
                        fusion=False, numerics=False)

@@ -426,8 +426,9 @@ def report(outcome, top: int) -> str:
             if problem.predictors is not None:
                 lines.extend(_two_answers(results, here, problem))
             if target is not None:
-                lines.extend(_misses(here & candidate & ~results["meets_target"].to_numpy(
-                    dtype=bool), formats, verdicts))
+                met = results["meets_target"].to_numpy(dtype=bool)
+                lines.extend(_misses(here & candidate & ~met, formats, verdicts,
+                                     met=here & candidate & met))
             else:
                 lines.extend(_misses(here & candidate & (verdicts == "does not fit"), formats,
                                      verdicts))
@@ -467,10 +468,30 @@ def _dense_first(results, here, problem) -> list[str]:
     rows = np.flatnonzero(sparse)
     top = rows[np.nanargmax(speeds[rows])]
     if speeds[top] >= 1.0:
-        return []
+        return _accurate_dense_first(results, sparse, speeds, top)
     return [f"  no sparse format is expected to beat dense here: the fastest, "
             f"{results['format'].iloc[top]}, runs at {speeds[top]:.3f}x of dense by the "
             "expectation (the bound's speedups are beside it)"]
+
+
+def _accurate_dense_first(results, sparse, speeds, fastest) -> list[str]:
+    """With a target: where only formats past the accuracy limit beat dense, the designs that
+    meet the target are all slower than dense, and the line says so first."""
+    import numpy as np
+
+    if "meets_accuracy" not in results:
+        return []
+    accurate = sparse & results["meets_accuracy"].to_numpy(dtype=bool)
+    if not accurate.any():
+        return []
+    rows = np.flatnonzero(accurate)
+    top = rows[np.nanargmax(speeds[rows])]
+    if speeds[top] >= 1.0:
+        return []
+    return [f"  no sparse format within the accuracy limit is expected to beat dense here: the "
+            f"fastest, {results['format'].iloc[top]}, runs at {speeds[top]:.3f}x of dense by "
+            f"the expectation; only formats that lose more accuracy are faster (the fastest, "
+            f"{results['format'].iloc[fastest]}, at {speeds[fastest]:.3f}x)"]
 
 
 def candidate_rows(results: pd.DataFrame) -> np.ndarray:
@@ -652,13 +673,18 @@ def _two_answers(results: pd.DataFrame, here: np.ndarray, problem) -> list[str]:
     return [head] + ["    " + line for line in shown.to_string(index=False).splitlines()]
 
 
-def _misses(missed: np.ndarray, formats: pd.Categorical, verdicts: pd.Categorical) -> list[str]:
+def _misses(missed: np.ndarray, formats: pd.Categorical, verdicts: pd.Categorical,
+            met: np.ndarray | None = None) -> list[str]:
+    """The designs that miss the target, grouped by why. A format that meets it at another
+    hardware point (``met``) is named apart, so that no format reads as both meeting and
+    missing it."""
     import pandas as pd
 
     if not missed.any():
         return []
     parts = []
     fmt_codes, verdict_codes = formats.codes, verdicts.codes
+    met_codes = set() if met is None else set(fmt_codes[met].tolist())
     for verdict in ("too slow", "too inaccurate", "too slow and too inaccurate",
                     "does not fit", "no accuracy"):
         if verdict not in verdicts.categories:
@@ -667,9 +693,14 @@ def _misses(missed: np.ndarray, formats: pd.Categorical, verdicts: pd.Categorica
         if not rows.any():
             continue
         codes = pd.unique(fmt_codes[rows])
-        names = [str(formats.categories[c]) for c in codes]
+        names = [str(formats.categories[c]) for c in codes if c not in met_codes]
         shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8
                                         else "")
+        elsewhere = [str(formats.categories[c]) for c in codes if c in met_codes]
+        if elsewhere:
+            shown += (("; and " if names else "") + ", ".join(elsewhere[:8])
+                      + (f", ... ({len(elsewhere) - 8} more)" if len(elsewhere) > 8 else "")
+                      + " at the hardware points where they miss it (they meet it at another)")
         label = {"does not fit": "does not fit in DRAM, never ranked",
                  "no accuracy": "no accuracy (no published figure), never ranked"}.get(
             verdict, verdict)

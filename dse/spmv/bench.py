@@ -535,11 +535,14 @@ def plan_spmv_benchmark(budget_s: float | str, *, max_dim: int | None = None,
                         blocks: Iterable[int] = BLOCK_SIZES,
                         bandwidths: Iterable[int] = DEFAULT_BANDWIDTHS,
                         repeats: int = REPEATS, min_sample_s: float = MIN_SAMPLE_S,
-                        clock: Clock = time.perf_counter) -> SpmvPlan:
+                        clock: Clock = time.perf_counter, reserve_s: float = 0.0) -> SpmvPlan:
     """Calibrate, price the BeBOP space and prune it to ``budget_s`` (seconds or a duration
-    string); the budget counts from this call. ``max_dim`` defaults to
-    ``default_max_dim``; ``cache_sizes`` (``{"l2": bytes, "l3": bytes}``) to sysfs."""
-    budget = parse_duration(budget_s)
+    string) less ``reserve_s`` (what the caller keeps for after the run, such as writing the
+    results; a refusal names the whole ``budget_s``); the budget counts from this call.
+    ``max_dim`` defaults to ``default_max_dim``; ``cache_sizes`` (``{"l2": bytes, "l3":
+    bytes}``) to sysfs."""
+    given = parse_duration(budget_s)
+    budget = given - reserve_s
     caches = _caches(cache_sizes)
     if max_dim is None:
         max_dim = default_max_dim(caches)
@@ -565,9 +568,10 @@ def plan_spmv_benchmark(budget_s: float | str, *, max_dim: int | None = None,
                                      f"least {need}")
     kernels = sum((r, c) not in compile_seconds() for r in blocks for c in blocks)
     if kernels * TYPICAL_COMPILE_S > budget * PLAN_SHARE:
-        raise BenchError(f"--budget {budget:g}s: compiling {kernels} BCSR kernels alone takes "
+        raise BenchError(f"--budget {given:g}s: compiling {kernels} BCSR kernels alone takes "
                          f"about {kernels * TYPICAL_COMPILE_S:.0f} s; give at least "
-                         f"{math.ceil(2 * kernels * TYPICAL_COMPILE_S / PLAN_SHARE)}s or fewer "
+                         f"{math.ceil(2 * kernels * TYPICAL_COMPILE_S / PLAN_SHARE + reserve_s)}s"
+                         " or fewer "
                          "block sizes")
     calibration = calibrate(max_dim, caches, clock=clock, repeats=repeats,
                             min_sample_s=min_sample_s, seed=seed, blocks=blocks)
@@ -575,7 +579,7 @@ def plan_spmv_benchmark(budget_s: float | str, *, max_dim: int | None = None,
     cost = _cost_function(space, calibration, repeats, min_sample_s, compiled)
     left = budget * PLAN_SHARE - (clock() - started)
     if left <= 0:
-        raise BenchError(f"--budget {budget:.0f}s: calibration alone took "
+        raise BenchError(f"--budget {given:.0f}s: calibration alone took "
                          f"{clock() - started:.1f} s; give a longer budget")
     pruning = prune_to_budget(space, left, cost)
     costs = estimate(pruning.kept, calibration, repeats=repeats, min_sample_s=min_sample_s,
