@@ -199,3 +199,18 @@ def test_probe_rates_divide_the_hand_counted_work_by_the_time(monkeypatch):
     gemm = p._gemm(torch, torch.float32, (64,), 3)
     assert gemm.value == 2 * 64 ** 3 / 0.25
     assert np.isclose(gemm.min, 2 * 64 ** 3 / 1.0)
+
+
+def test_the_fingerprint_records_the_allocator_settings():
+    """A sparse whole model on a CPU runs 1.6x faster or slower with the same kernels under
+    another allocator setting (benchmarks/cpu/allocator_effect.py): a measurement records
+    which one it ran under; none set means the C library's defaults."""
+    from dse.measure.host import ALLOCATOR_VARIABLES, allocator_settings, fingerprint
+
+    env = {"MALLOC_MMAP_THRESHOLD_": "2147483647", "LD_PRELOAD": "", "PATH": "/usr/bin",
+           "MALLOC_ARENA_MAX": "2"}
+    assert allocator_settings(env) == {"MALLOC_MMAP_THRESHOLD_": "2147483647",
+                                       "MALLOC_ARENA_MAX": "2"}
+    assert allocator_settings({}) == {}
+    assert "LD_PRELOAD" in ALLOCATOR_VARIABLES
+    assert fingerprint()["allocator"] == allocator_settings()

@@ -29,6 +29,7 @@ __all__ = [
     "cpu_clock",
     "cpu_flags",
     "cpu_model",
+    "allocator_settings",
     "fingerprint",
     "memory_bytes",
     "other_cores",
@@ -216,6 +217,22 @@ def _nvidia_driver() -> str | None:
     return out.splitlines()[0] if out else None
 
 
+#: Environment variables that change how the C allocator serves a process's memory (glibc's
+#: tunables, a preloaded allocator such as jemalloc or tcmalloc).
+ALLOCATOR_VARIABLES = ("LD_PRELOAD", "GLIBC_TUNABLES", "MALLOC_ARENA_MAX",
+                       "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
+                       "MALLOC_MMAP_MAX_", "MALLOC_CONF", "TCMALLOC_RELEASE_RATE")
+
+
+def allocator_settings(environ=None) -> dict[str, str]:
+    """The allocator settings of this process's environment (:data:`ALLOCATOR_VARIABLES`
+    that are set): on a CPU they change a sparse whole model's time by 1.6x or more with the
+    same kernels (``python -m benchmarks.cpu.allocator_effect``), so a measurement records
+    them. Empty: the C library's defaults."""
+    environ = os.environ if environ is None else environ
+    return {name: environ[name] for name in ALLOCATOR_VARIABLES if environ.get(name)}
+
+
 def fingerprint(device: str = "cpu") -> dict[str, object]:
     """The machine and software a measurement ran on: CPU model, cores, caches, memory, OS,
     Python and library versions (torch, scipy, numba, numpy only where installed; torch's
@@ -241,6 +258,7 @@ def fingerprint(device: str = "cpu") -> dict[str, object]:
         if version:
             facts[dist] = version
     facts.update(_torch_facts())
+    facts["allocator"] = allocator_settings()
     facts["device_name"] = facts.get("gpu", facts["cpu_model"]) if device == "cuda" \
         else facts["cpu_model"]
     return facts
