@@ -394,21 +394,28 @@ def named_paths(page: Path) -> list[str]:
             or s in REPO_ENTRIES]
 
 
-def resolves(name: str) -> bool:
-    """Whether a dotted name is a module, or an attribute of one, in this checkout."""
+def resolve(name: str):
+    """The module, or the attribute of one, a dotted name names in this checkout; raises
+    ImportError or AttributeError where it names none."""
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
         try:
             obj = importlib.import_module(".".join(parts[:cut]))
         except ImportError:
             continue
-        try:
-            for attr in parts[cut:]:
-                obj = getattr(obj, attr)
-        except AttributeError:
-            return False
-        return True
-    return False
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(name)
+
+
+def resolves(name: str) -> bool:
+    """Whether a dotted name is a module, or an attribute of one, in this checkout."""
+    try:
+        resolve(name)
+    except (ImportError, AttributeError):
+        return False
+    return True
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])

@@ -27,25 +27,13 @@ import pytest
 import dse
 import formats
 from tests.cli_run import run_cli
+from tests.test_docs import resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 API_PAGE = ROOT / "docs" / "reference" / "api.md"
 
 
 # --- docstring examples on the API reference page ------------------------------------------
-
-
-def _resolve(name: str):
-    parts = name.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for attr in parts[cut:]:
-            obj = getattr(obj, attr)
-        return obj
-    raise ImportError(name)
 
 
 def _rendered_doctests() -> list[doctest.DocTest]:
@@ -55,7 +43,7 @@ def _rendered_doctests() -> list[doctest.DocTest]:
     finder = doctest.DocTestFinder()
     found: dict[str, doctest.DocTest] = {}
     for name in names:
-        obj = _resolve(name)
+        obj = resolve(name)
         module = obj if isinstance(obj, types.ModuleType) else importlib.import_module(
             getattr(obj, "__module__", name.rsplit(".", 1)[0]))
         for test in finder.find(obj, name, module=module):

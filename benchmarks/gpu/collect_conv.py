@@ -183,12 +183,15 @@ def random_shapes(smoke: bool = False) -> list[ConvShape]:
     """Part ``conv_random``'s shapes per batch, less those whose input or output tensor is more
     elements than a trace op may hold (:data:`workloads.trace.MAX_PER_SAMPLE`): a row is
     priced as a one-sample trace, and such a row could not be."""
-    if smoke:
-        return list(SMOKE_RANDOM)
+    return list(SMOKE_RANDOM) if smoke else _priceable(random_geometries())
+
+
+def _priceable(geometries) -> list[ConvShape]:
+    """The geometries' shapes at every batch, less those a one-sample trace cannot hold."""
     from workloads.trace import MAX_PER_SAMPLE
 
     out = [ConvShape(name, co, g, k, s, size, b, in_channels=ci if ci != co else 0)
-           for b in BATCHES for name, ci, co, g, k, s, size in random_geometries()]
+           for b in BATCHES for name, ci, co, g, k, s, size in geometries]
     return [s for s in out if s.batch * max(s.c_in * s.size ** 2, s.channels * s.out_size ** 2)
             <= MAX_PER_SAMPLE]
 
@@ -237,14 +240,7 @@ def random2_geometries() -> list[tuple[str, int, int, int, int, int, int]]:
 def random2_shapes(smoke: bool = False) -> list[ConvShape]:
     """Part ``conv_random2``'s shapes per batch, less those a one-sample trace cannot hold
     (as :func:`random_shapes`)."""
-    if smoke:
-        return list(SMOKE_RANDOM2)
-    from workloads.trace import MAX_PER_SAMPLE
-
-    out = [ConvShape(name, co, g, k, s, size, b, in_channels=ci if ci != co else 0)
-           for b in BATCHES for name, ci, co, g, k, s, size in random2_geometries()]
-    return [s for s in out if s.batch * max(s.c_in * s.size ** 2, s.channels * s.out_size ** 2)
-            <= MAX_PER_SAMPLE]
+    return list(SMOKE_RANDOM2) if smoke else _priceable(random2_geometries())
 
 
 def random2_items(smoke: bool = False) -> list[Item]:
