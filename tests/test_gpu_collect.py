@@ -179,6 +179,19 @@ def test_strided_part_times_the_transposed_add_beside_the_contiguous_one(smoke):
     assert rows.loc[rows["op"] == "add_strided", "kernel"].str.contains("y.t()").all()
 
 
+def test_math_checks_part_times_the_fp32_checks_at_the_trace_op_sizes(smoke):
+    out, _ = smoke
+    frame = load_dataset(out / "kernels.parquet")
+    rows = frame[frame["why"].str.startswith("collect math_checks")].set_index(["op", "cache"])
+    assert sorted(set(rows.index.get_level_values("op"))) == ["all", "isneginf", "where"]
+    assert (rows["dtype"] == "fp32").all() and (rows["error"] == "").all()
+    groups, t = 2, 16  # the smoke attention: one image, 2 heads, 16 tokens
+    assert (rows.loc["isneginf", "n"] == groups * t * t).all()
+    assert (rows.loc["all", "n"] == groups * t).all()  # one flag per row of scores
+    assert (rows.loc["all", "kind"] == "reduce").all()
+    assert (rows["flops"] == groups * t * t).all()
+
+
 def test_profiles_count_every_linear_of_the_model(smoke):
     out, _ = smoke
     profiles = pd.read_parquet(out / "profiles.parquet")

@@ -95,6 +95,8 @@ PARTS: dict[str, Part] = {p.name: p for p in (
          collect_vector.copy_items, collect_vector.run),
     Part("math_attention", 4, "fp32 attention products and softmax of torch's math SDPA path",
          collect_attention.items, collect_attention.run, collect_attention.finish),
+    Part("math_checks", 3, "the fp32 masked-row checks of torch's math SDPA path",
+         collect_attention.check_items, collect_attention.run_check, collect_attention.finish),
     Part("models_more", 25, "ResNet-50 and Swin-T dense and 2:4: latency and per-op profiles",
          collect_models.more_items, collect_models.run, collect_models.finish),
 )}

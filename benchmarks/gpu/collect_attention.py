@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from .collect_items import Item
 from .collect_rows import Bench, error_row, price_rows, timed_rows, vector_traffic
 
-__all__ = ["AttentionOp", "items", "ops", "run"]
+__all__ = ["AttentionOp", "CHECKS", "check_items", "check_ops", "items", "ops", "run",
+           "run_check"]
 
 #: (model, heads); every model here has 197 tokens of 64 channels per head.
 MODELS = (("deit_small_patch16_224", 6), ("vit_base_patch16_224", 12))
@@ -125,3 +126,71 @@ def run(item: Item, bench: Bench) -> dict[str, list[dict]]:
 def finish(bench: Bench) -> None:
     if bench.device == "cuda":
         bench.torch.cuda.empty_cache()
+
+
+# --- part math_checks -----------------------------------------------------------------------
+
+#: Part ``math_checks``: the masked-row checks of torch's ``_safe_softmax`` on the math path
+#: (``workloads.backend.torch_math_attention``), which read the fp32 scores where the trace's
+#: other vector ops read fp16: ``isneginf`` of the scores, ``all`` over their last axis, and
+#: ``where`` of the result over the probabilities. ViT-B at batch 128 spends 5.3 ms in them
+#: (benchmarks/gpu/results/collect/profiles.parquet). Shapes as part ``math_attention``'s.
+CHECKS = ("isneginf", "all", "where")
+
+
+def check_ops(smoke: bool = False) -> list[AttentionOp]:
+    if smoke:
+        return [AttentionOp(m, h, 1, op, tokens=16, head_dim=8) for m, h in SMOKE
+                for op in CHECKS]
+    return [AttentionOp(m, h, b, op) for b in BATCHES for m, h in MODELS for op in CHECKS]
+
+
+def check_items(smoke: bool = False) -> list[Item]:
+    return [Item(op.key, op) for op in check_ops(smoke)]
+
+
+def run_check(item: Item, bench: Bench) -> dict[str, list[dict]]:
+    """One check, as ``_safe_softmax`` runs it on fp32 scores of (batch, heads, T, T); its
+    element counts as the trace's op (``torch_math_attention``): isneginf and where write the
+    scores' elements, all writes one per row; one FLOP per score element each."""
+    a: AttentionOp = item.config
+    torch = bench.torch
+    t = a.tokens
+    scores = a.groups * t * t
+    rows = a.groups * t
+    inputs, outputs, kind = {"isneginf": (scores, scores, "elementwise"),
+                             "all": (scores, rows, "reduce"),
+                             "where": (scores + rows, scores, "elementwise")}[a.op]
+    fields = {"source": "benchmark", "why": f"collect math_checks: {a.model} {a.op}, "
+              f"batch {a.batch}", "op": a.op, "kind": kind, "family": "vector",
+              "format": "dense", "sparsity": 0.0, "block": 0, "batch": a.batch,
+              "dtype": "fp32", "m": 0, "k": 0, "n": outputs, "groups": 1,
+              "flops": float(scores),
+              "implementation": "torch_fp32_vector"}
+    note = (f"{a.model} math attention's masked-row check in fp32: batch {a.batch}, "
+            f"{a.heads} heads, {t} tokens")
+    shape = (a.batch, a.heads, t, t)
+    try:
+        s = torch.randn(*shape, generator=bench.generator(24), device=bench.device,
+                        dtype=torch.float32)
+        if a.op == "isneginf":
+            fn, call = (lambda: torch.isneginf(s)), "torch.isneginf(fp32 scores)"
+        elif a.op == "all":
+            mask = torch.isneginf(s)
+            fn = lambda: torch.all(mask, dim=-1, keepdim=True)  # noqa: E731
+            call = "torch.all(isneginf(scores), -1, keepdim=True)"
+        else:
+            masked = torch.zeros(*shape[:3], 1, dtype=torch.bool, device=bench.device)
+            fn = lambda: torch.where(masked, 0.0, s)  # noqa: E731
+            call = "torch.where(masked rows, 0.0, fp32 probabilities)"
+        fn()
+        bench.clock.sync()
+    except Exception as exc:  # out of memory on a small device: data, not a crash
+        bench.clock.sync()
+        return {"kernels": [error_row(bench, fields, exc)]}
+    fields["bytes"] = (vector_traffic(bench, kind, inputs, outputs, 0) if bench.hw is not None
+                       else float("nan"))
+    seen = bench.clock.identify({"op": fn})["op"]
+    out = timed_rows(bench, fn, fields, call, seen, note=note)
+    price_rows(bench, out)
+    return {"kernels": out}
