@@ -145,10 +145,8 @@ def test_help_examples_that_are_quick_run_as_printed(tmp_path, monkeypatch, caps
 
 def _probed(tensor: dict[str, float]):
     """A hand-made probe result of a CPU with the given tensor rates (no fp16 among them)."""
-    from dse.measure.probe import Figure, ProbeResult
-
-    def figure(value, unit="FLOP/s"):
-        return Figure(value, unit, "hand-made for a test", 5, 0.95 * value, 1.05 * value)
+    from tests.test_probe import _figure as figure
+    from tests.test_probe import cpu_result
 
     figures = {"dram_triad": figure(20e9, "B/s"), "vector_fma_fp32": figure(140e9),
                "launch_overhead": figure(2e-6, "s")}
@@ -158,14 +156,7 @@ def _probed(tensor: dict[str, float]):
     for dtype, rate in tensor.items():
         figures[f"gemm_{dtype}"] = figure(rate)
         sources[f"tensor_flops_per_s.{dtype}"] = f"gemm_{dtype}"
-    fields = {path: figures[name].value for path, name in sources.items()}
-    fields.update({"block_sparse.supported": True, "block_sparse.min_block_size": 1,
-                   "sm_count": 2, "shared_memory_per_sm_bytes": 1048576.0,
-                   "l2_bytes": 33554432.0})
-    facts = {"date": "2026-11-22T17:00:00+00:00", "device": "cpu", "cpu_model": "Test CPU",
-             "device_name": "Test CPU", "caches_bytes": {"l1d": 49152, "l2": 1048576},
-             "idle": True, "other_cores": 0.01}
-    return ProbeResult("cpu", fields, figures, facts, (), sources=sources, elapsed_s=12.3)
+    return cpu_result(figures, sources)
 
 
 @pytest.mark.parametrize("tensor, assumed", [

@@ -23,15 +23,20 @@ def _result() -> ProbeResult:
     sources = {"dram_bandwidth_bytes_per_s": "dram_triad", "tensor_flops_per_s.tf32": "gemm_fp32",
                "tensor_flops_per_s.bf16": "gemm_bf16", "vector_flops_per_s.fp32": "vector_fma_fp32",
                "kernel_launch_overhead_s": "launch_overhead"}
+    return cpu_result(figures, sources, ("a note with \"quotes\"",), torch="2.14.1")
+
+
+def cpu_result(figures: dict, sources: dict, notes: tuple = (), **facts) -> ProbeResult:
+    """A hand-made probe result of a 2-core test CPU whose spec fields come from ``figures``
+    through ``sources`` (field path -> figure name); ``facts`` added to the machine's."""
     fields = {path: figures[name].value for path, name in sources.items()}
     fields.update({"block_sparse.supported": True, "block_sparse.min_block_size": 1,
                    "sm_count": 2, "shared_memory_per_sm_bytes": 1048576.0,
                    "l2_bytes": 33554432.0})
-    facts = {"date": "2026-11-22T17:00:00+00:00", "device": "cpu", "cpu_model": "Test CPU",
-             "device_name": "Test CPU", "caches_bytes": {"l1d": 49152, "l2": 1048576},
-             "torch": "2.14.1", "idle": True, "other_cores": 0.01}
-    return ProbeResult("cpu", fields, figures, facts, ("a note with \"quotes\"",),
-                       sources=sources, elapsed_s=12.3)
+    machine = {"date": "2026-11-22T17:00:00+00:00", "device": "cpu", "cpu_model": "Test CPU",
+               "device_name": "Test CPU", "caches_bytes": {"l1d": 49152, "l2": 1048576},
+               **facts, "idle": True, "other_cores": 0.01}
+    return ProbeResult("cpu", fields, figures, machine, notes, sources=sources, elapsed_s=12.3)
 
 
 def test_probe_toml_round_trips_through_the_strict_loader(tmp_path):

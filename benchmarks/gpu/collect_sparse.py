@@ -91,9 +91,8 @@ def run(item: Item, bench: Bench) -> dict[str, list[dict]]:
     rows: list[dict] = []
     for name in s.formats:
         fmt = formats.parse(name)
-        family = "unstructured" if fmt.family == "unstructured" else fmt.family
         fields = {"source": "benchmark", "why": f"collect sparse_random: {s.m}x{s.k}, N={s.n}",
-                  "op": f"random {s.m}x{s.k}", "kind": "linear", "family": family,
+                  "op": f"random {s.m}x{s.k}", "kind": "linear", "family": fmt.family,
                   "format": name, "sparsity": float(fmt.sparsity),
                   "block": int(getattr(fmt, "block", 0) or 0), "m": s.m, "k": s.k, "n": s.n,
                   "groups": 1, "batch": 1}

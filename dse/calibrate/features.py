@@ -10,10 +10,9 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["FEATURES", "IMAGE_CHANNELS", "IMPL", "KEYS", "TILE", "conv_kind", "copy_kind",
-           "strided_kind",
            "family_key", "feature_kind", "feature_matrix", "fp32_kind", "kind_code",
-           "with_feature_kinds",
-           "training_rows", "usable_rows", "with_norm_widths"]
+           "strided_kind", "training_rows", "usable_rows", "with_feature_kinds",
+           "with_norm_widths"]
 
 #: Predictor keys: one predictor per (device, key).
 KEYS = ("gemm", "gemm_fp32", "conv", "grouped_conv", "nm", "block", "csr", "vector")  # block{b}

@@ -288,10 +288,13 @@ def _design_totals_numpy(hw, native_ok, fallback_ops, batches, tensor_flops, spa
     return out
 
 
-def _sums_numpy(k, f, batch, rates, tensor_flops, sparse_flops, csr_flops, weight_bytes,
-                feat_unfused, feat_fused, vflops):
-    """:func:`_accumulate` of every design (kernel ``k``, format ``f``, ``batch``, the
-    hardware's ``rates``) at once: ``(len(k), TOTAL_COLUMNS)``."""
+def _op_costs_numpy(k, f, batch, rates, tensor_flops, sparse_flops, csr_flops, weight_bytes,
+                    feat_unfused, feat_fused, vflops):
+    """Per design (kernel ``k``, format ``f``, ``batch``, the hardware's ``rates``) and op,
+    what :func:`_one_design_per_op` computes, as the same IEEE operations in the same order
+    (``max(a, b)`` as numba's ``b if b > a else a``): compute, unfused and fused memory time,
+    FLOPs per sample, weight bytes and the unfused and fused feature bytes per sample, each
+    ``(len(k), ops)``."""
     b = batch[:, None]
     s_tensor = b * rates[:, HW_INV_TENSOR, None]
     s_sparse = b * rates[:, HW_INV_SPARSE, None]
@@ -300,13 +303,22 @@ def _sums_numpy(k, f, batch, rates, tensor_flops, sparse_flops, csr_flops, weigh
     inv_bw = rates[:, HW_INV_BW, None]
     ft, fs, fc = tensor_flops[k, f], sparse_flops[k, f], csr_flops[k, f]
     wb, fu, ff = weight_bytes[k, f], feat_unfused[k, f], feat_fused[k, f]
+    with np.errstate(all="ignore"):  # IEEE results, silent, as the compiled loop gives them
+        tensor = ft * s_tensor + fs * s_sparse
+        vector = fc * s_csr + vflops * s_vector
+        compute = np.where(vector > tensor, vector, tensor)
+        memory = (wb + fu * b) * inv_bw
+        memory_fused = (wb + ff * b) * inv_bw
+        flops = ft + fs + fc
+    return compute, memory, memory_fused, flops, wb, fu, ff
+
+
+def _sums_numpy(k, f, batch, rates, *arrays):
+    """:func:`_accumulate` of every design (kernel ``k``, format ``f``, ``batch``, the
+    hardware's ``rates``) at once: ``(len(k), TOTAL_COLUMNS)``."""
+    c, m, fm, flops, wb, fu, ff = _op_costs_numpy(k, f, batch, rates, *arrays)
     out = np.empty((len(k), TOTAL_COLUMNS))
     with np.errstate(all="ignore"):  # IEEE results, silent, as the compiled loop gives them
-        t_tensor = ft * s_tensor + fs * s_sparse
-        t_vector = fc * s_csr + vflops * s_vector
-        c = np.where(t_vector > t_tensor, t_vector, t_tensor)
-        m = (wb + fu * b) * inv_bw
-        fm = (wb + ff * b) * inv_bw
         mem_bound, fused_mem_bound = m > c, fm > c
         out[:, T_UNFUSED] = np.where(mem_bound, m, c).sum(axis=1)
         out[:, T_FUSED] = np.where(fused_mem_bound, fm, c).sum(axis=1)
@@ -314,7 +326,7 @@ def _sums_numpy(k, f, batch, rates, tensor_flops, sparse_flops, csr_flops, weigh
         out[:, T_MEMORY_UNFUSED] = m.sum(axis=1)
         out[:, T_MEMORY_FUSED] = fm.sum(axis=1)
         out[:, T_WEIGHT_BYTES] = wb.sum(axis=1)
-        out[:, T_FLOPS] = (ft + fs + fc).sum(axis=1) * batch
+        out[:, T_FLOPS] = flops.sum(axis=1) * batch
         out[:, T_MEMBOUND_UNFUSED] = mem_bound.sum(axis=1)
         out[:, T_MEMBOUND_FUSED] = fused_mem_bound.sum(axis=1)
         out[:, T_FEATURES_UNFUSED] = fu.sum(axis=1) * batch
@@ -384,23 +396,12 @@ def _per_op_numpy(hw, kernels, batches, tensor_flops, sparse_flops, csr_flops, w
     n_fmt, n_batch = tensor_flops.shape[1], batches.shape[0]
     d = np.arange(hw.shape[0] * n_fmt * n_batch)
     h, f = d // (n_fmt * n_batch), (d // n_batch) % n_fmt
-    batch = batches[d % n_batch][:, None]
-    k = kernels
-    rates = hw[h]
-    s_tensor = batch * rates[:, HW_INV_TENSOR, None]
-    s_sparse = batch * rates[:, HW_INV_SPARSE, None]
-    s_csr = batch * rates[:, HW_INV_CSR, None]
-    s_vector = batch * rates[:, HW_INV_VECTOR, None]
-    inv_bw = rates[:, HW_INV_BW, None]
-    ft, fs, fc = tensor_flops[k, f], sparse_flops[k, f], csr_flops[k, f]
-    wb = weight_bytes[k, f]
-    with np.errstate(all="ignore"):  # IEEE results, silent, as the compiled loop gives them
-        tensor = ft * s_tensor + fs * s_sparse
-        vector = fc * s_csr + vflops * s_vector
-        compute = np.where(vector > tensor, vector, tensor)
-        memory = (wb + feat_unfused[k, f] * batch) * inv_bw
-        memory_fused = (wb + feat_fused[k, f] * batch) * inv_bw
-        op_flops = (ft + fs + fc) * batch
+    batch = batches[d % n_batch]
+    compute, memory, memory_fused, flops, wb, _, _ = _op_costs_numpy(
+        kernels, f, batch, hw[h], tensor_flops, sparse_flops, csr_flops, weight_bytes,
+        feat_unfused, feat_fused, vflops)
+    with np.errstate(all="ignore"):
+        op_flops = flops * batch[:, None]
     return compute, memory, memory_fused, op_flops, wb
 
 
