@@ -639,3 +639,56 @@ def test_calibrate_says_when_no_last_level_cache_is_known():
     assert "no cache levels and no l2_bytes" in note and "\n" not in note
     lost, note = with_warm_capacity(device("not-a-spec"), [])
     assert lost.warm_capacity_bytes == 0.0 and "cannot be loaded" in note and "\n" not in note
+
+
+# --- a convolution's geometry -----------------------------------------------------------------
+
+
+def test_conv_geometry_features_by_hand():
+    """Input elements per output pixel (C_in x stride^2), K x groups over that (kernel area /
+    stride^2) and the batch, for convolutions whose input is known; zeros elsewhere."""
+    frame = pd.DataFrame({
+        "m": [64, 2048, 1, 64, 64], "k": [576, 1024, 49, 576, 576],
+        "n": [8 * 56 * 56, 8 * 7 * 7, 128 * 56 * 56, 8 * 56 * 56, 8 * 56 * 56],
+        "groups": [1, 1, 96, 1, 1], "sparsity": 0.0, "block": 0, "flops": 1.0, "bytes": 1.0,
+        "kind": ["conv", "conv", "conv", "linear", "conv"],
+        "input_elems": [8 * 64 * 56 * 56, 8 * 1024 * 14 * 14, 128 * 96 * 56 * 56,
+                        8 * 64 * 56 * 56, 0],
+        "batch": [8, 8, 128, 8, 8]})
+    x = feature_matrix(frame, units=132, tile=128)
+    column = lambda name: np.expm1(x[:, FEATURES.index(name)])  # noqa: E731
+    # a 3x3 of stride 1 over 64 channels; a 1x1 of stride 2 over 1024 (4 inputs per output
+    # pixel per channel, one read: 1/4); a 7x7 depthwise over 96 channels; a linear; a
+    # convolution of unknown input
+    np.testing.assert_allclose(column("log_input_per_out"), [64, 4096, 96, 0, 0])
+    np.testing.assert_allclose(column("log_window"), [9, 0.25, 49, 0, 0])
+    np.testing.assert_allclose(column("log_batch"), [8, 8, 128, 0, 0])
+
+
+def test_benchmarked_and_traced_convolutions_see_one_geometry():
+    """A benchmarked convolution (its input in its note), the same layer timed from a model's
+    trace (its input from the trace op, per sample, times the batch), and the trace op as the
+    expectation prices it at that batch get the same input and the same features."""
+    from dse.calibrate.expected import op_configs
+
+    conv = {"kind": "conv", "m": 64, "k": 576, "n": 8 * 56 * 56, "batch": 8}
+    frame = _dataset([
+        {**conv, "source": "benchmark", "model": "", "op": "c", "median_s": 1.0,
+         "note": "input 8x64x56x56, kernel 3x3 stride 1 padding 1 groups 1"},
+        {**conv, "source": "trace", "model": "resnet50", "op": "layer1.0.conv2",
+         "median_s": 1.0, "note": "", "implementation": "b"},
+    ])
+    rows = training_rows(frame)
+    assert rows["input_elems"].tolist() == [8 * 64 * 56 * 56] * 2
+    trace = workloads.load_trace("resnet50")
+    layers = evaluate_layers(trace, "h100-sxm", "dense", batches=8, fusion="unfused",
+                             scope="all")
+    config = op_configs(layers, trace).assign(op=layers["op"].to_numpy())
+    priced = config[config["op"] == "layer1.0.conv2"]
+    assert priced["input_elems"].tolist() == [8 * 64 * 56 * 56]
+    geometry = [FEATURES.index(c) for c in ("log_input_per_out", "log_window", "log_batch")]
+    np.testing.assert_allclose(feature_matrix(priced, 132, 128)[:, geometry],
+                               feature_matrix(rows.iloc[:1], 132, 128)[:, geometry])
+    convs = config["kind"].isin(["conv", "conv:image"])  # conv1 reads the 3-channel image
+    assert (config.loc[~convs, "input_elems"] == 0).all()
+    assert (config.loc[convs, "input_elems"] > 0).all()

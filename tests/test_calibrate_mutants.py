@@ -173,8 +173,8 @@ def test_training_rows_shapes_sparsity_and_columns():
     assert rows.loc[1, "sparsity"] == 0.0
     assert list(rows.columns) == [
         "key", "format", "kind", "k", "n", "groups", "sparsity", "block", "cache", "variant",
-        "implementation", "time_s", "sol_s", "flops", "bytes", "runs", "rounds", "impl",
-        "shape"]
+        "implementation", "time_s", "sol_s", "flops", "bytes", "runs", "rounds",
+        "input_elems", "batch", "impl", "shape"]
 
 
 # --- dse.calibrate.expected ------------------------------------------------------------------

@@ -7,7 +7,9 @@ Times whole timm models, dense and with every linear run as torch BSR or CSR (``
 two settings of glibc's allocator:
 
 - ``default``: glibc as it starts, which serves large blocks with ``mmap`` and returns them
-  with ``munmap`` (its threshold adapts, up to 32 MiB on 64-bit);
+  with ``munmap`` (its threshold adapts, up to 32 MiB on 64-bit), and trims the heap's top
+  with ``brk`` once its free tail passes the trim threshold (twice the adaptive one):
+  :mod:`benchmarks.cpu.allocator_trace` shows which of the two a model's faults come from;
 - ``no-mmap``: ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` set above any block a
   forward pass asks for, so that every block comes from the heap and stays mapped.
 
@@ -67,6 +69,17 @@ def _one(model: str, batch: int, variant: str, repeats: int, threads: int) -> di
             "sys_s_per_forward": (after.ru_stime - before.ru_stime) / repeats}
 
 
+def host_cpu() -> str:
+    """The host CPU's model name (``/proc/cpuinfo``), else the platform's processor."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,14 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import datetime
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = host_cpu()
     configs = [(m, int(b), v) for m in args.models.split(",") for b in args.batches.split(",")
                for v in args.variants.split(",")]
     new = not args.out.exists()

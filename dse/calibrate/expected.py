@@ -81,7 +81,11 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm",
         "n": np.where(gemm, op["n"].to_numpy() * batch, op["output_elems"].to_numpy() * batch),
         "groups": groups, "sparsity": sparsity, "block": block,
         "flops": layers["flops"].to_numpy(dtype=float), "bytes": layers["dram_bytes"].to_numpy(),
-        "sol_s": layers["time_s"].to_numpy(dtype=float), "cache": cache})
+        "sol_s": layers["time_s"].to_numpy(dtype=float), "cache": cache,
+        # A convolution's input over the batch, for its geometry features (features.FEATURES)
+        "input_elems": np.where(gemm & (op["kind"].to_numpy() == "conv"),
+                                op["input_elems"].to_numpy(dtype=float) * batch, 0.0),
+        "batch": batch})
     if cache == "warm" and warm_capacity_bytes > 0:
         # Warm timings were taken back to back, their data in the caches; an op whose working
         # set cannot fit them reads most of it from DRAM, as the cold timings did.

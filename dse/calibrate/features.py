@@ -11,8 +11,8 @@ import pandas as pd
 
 __all__ = ["FEATURES", "IMAGE_CHANNELS", "IMPL", "KEYS", "TILE", "conv_kind", "copy_kind",
            "family_key", "feature_kind", "feature_matrix", "fp32_kind", "kind_code",
-           "strided_kind", "training_rows", "usable_rows", "with_feature_kinds",
-           "with_norm_widths"]
+           "strided_kind", "training_rows", "usable_rows", "with_conv_inputs",
+           "with_feature_kinds", "with_norm_widths"]
 
 #: Predictor keys: one predictor per (device, key).
 KEYS = ("gemm", "gemm_fp32", "conv", "grouped_conv", "nm", "block", "csr", "vector")  # block{b}
@@ -21,22 +21,28 @@ KEYS = ("gemm", "gemm_fp32", "conv", "grouped_conv", "nm", "block", "csr", "vect
 #: and cuBLAS's common tile), 16 x 16 on a CPU (a register block of AVX-512 micro-kernels).
 TILE = {"cuda": 128, "cpu": 16}
 
-#: Feature columns, in matrix order. Logs are natural logs of positive values (1 added to
-#: counts that may be 0). ``waves``: tiles / compute units; ``wave_eff``: useful share of the
-#: last wave; ``pad_eff``: useful share of the tile-padded output; ``warm``: 1 for a kernel
-#: timed without the cache flush (``dse measure --warm``), as inside a model, else 0 (added
-#: last, so predictors trained before it keep their feature indices).
-FEATURES = ("log_m", "log_k", "log_n", "log_groups", "sparsity", "block", "log_flops",
-            "log_bytes", "log_intensity", "log_waves", "wave_eff", "pad_eff", "kind", "impl",
-            "warm")
-
-#: Column of the implementation code (set per implementation when predicting the fastest).
-IMPL = FEATURES.index("impl")
-
 _KINDS = {"linear": 0, "conv": 1, "matmul": 2, "norm": 3, "activation": 4, "elementwise": 5,
           "softmax": 6, "reduce": 7, "pool": 8, "other": 9, "other:roll": 10, "other:pad": 11,
           "other:gather": 12, "conv:image": 13, "matmul:fp32": 14, "softmax:fp32": 15,
           "elementwise:strided": 16}
+
+#: Feature columns, in matrix order. Logs are natural logs of positive values (1 added to
+#: counts that may be 0). ``waves``: tiles / compute units; ``wave_eff``: useful share of the
+#: last wave; ``pad_eff``: useful share of the tile-padded output; ``warm``: 1 for a kernel
+#: timed without the cache flush (``dse measure --warm``), as inside a model, else 0 (added
+#: last, so predictors trained before it keep their feature indices). A convolution's
+#: geometry, which its GEMM view (m = C_out, k = C_in / groups x kernel area, n = batch x output
+#: pixels) hides, from the elements of its input (:func:`with_conv_inputs`):
+#: ``log_input_per_out``, input elements per output pixel (C_in x stride^2);
+#: ``log_window``, K x groups over that (kernel area / stride^2: 1 for a 1x1 or a patchify
+#: convolution, 9 for a 3x3 of stride 1); ``log_batch``; all 0 for other ops and for rows
+#: whose input is unknown (added after ``warm``, for the same reason).
+FEATURES = ("log_m", "log_k", "log_n", "log_groups", "sparsity", "block", "log_flops",
+            "log_bytes", "log_intensity", "log_waves", "wave_eff", "pad_eff", "kind", "impl",
+            "warm", "log_input_per_out", "log_window", "log_batch")
+
+#: Column of the implementation code (set per implementation when predicting the fastest).
+IMPL = FEATURES.index("impl")
 
 #: Input channels up to which a convolution counts as reading an image (``conv:image``): with
 #: 3 channels cuDNN runs ViT's patch embedding without tensor cores, 6-10x slower than a
@@ -111,13 +117,34 @@ def feature_matrix(frame: pd.DataFrame, units: int, tile: int) -> np.ndarray:
     impl = frame["impl"].to_numpy(dtype=float) if "impl" in frame else np.zeros(len(frame))
     warm = (frame["cache"].astype(str) == "warm").to_numpy(dtype=float) if "cache" in frame \
         else np.zeros(len(frame))
+    per_out, window, batch = _conv_geometry(frame, gemm, k * groups, n)
     return np.column_stack([
         np.log1p(m), np.log1p(k), np.log1p(n), np.log(groups),
         np.nan_to_num(frame["sparsity"].to_numpy(dtype=float)),
         frame["block"].to_numpy(dtype=float),
         np.log(flops), np.log(moved), np.log(flops / moved), np.log(waves), wave_eff,
-        np.clip(pad_eff, 0.0, 1.0), kinds, impl, warm,
+        np.clip(pad_eff, 0.0, 1.0), kinds, impl, warm, np.log1p(per_out), np.log1p(window),
+        np.log1p(batch),
     ])
+
+
+_CONV_KINDS = ("conv", "conv:image")
+
+
+def _conv_geometry(frame: pd.DataFrame, gemm: np.ndarray, window_k: np.ndarray,
+                   n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: input elements per output pixel, kernel area per stride^2 (``window_k``: K x
+    groups, over the former) and batch, for convolutions whose ``input_elems`` (over the
+    batch) is known; zeros elsewhere."""
+    zeros = np.zeros(len(frame))
+    if "input_elems" not in frame or "kind" not in frame:
+        return zeros, zeros, zeros
+    inputs = frame["input_elems"].to_numpy(dtype=float)
+    known = gemm & frame["kind"].isin(_CONV_KINDS).to_numpy() & (inputs > 0) & (n > 0)
+    per_out = np.where(known, inputs / np.where(known, n, 1.0), 0.0)
+    window = np.where(known, window_k / np.where(known, per_out, 1.0), 0.0)
+    batch = frame["batch"].to_numpy(dtype=float) if "batch" in frame else zeros
+    return per_out, window, np.where(known, batch, 0.0)
 
 
 _CONV_GEOMETRY = re.compile(
@@ -247,16 +274,50 @@ def with_norm_widths(rows: pd.DataFrame) -> pd.DataFrame:
             rows.index).isna()
         ops: dict[str, pd.DataFrame] = {}
         for pos in rows.index[traced]:
-            model = str(rows.at[pos, "model"])
-            if model not in ops:
-                try:
-                    ops[model] = workloads.load_trace(model).ops.set_index("name")
-                except workloads.TraceError:
-                    ops[model] = pd.DataFrame()
+            found = _trace_ops(str(rows.at[pos, "model"]), ops)
             op = str(rows.at[pos, "op"])
-            if op in ops[model].index:
-                width[pos] = workloads.norm_width(op, int(ops[model].at[op, "weight_elems"]))
+            if op in found.index:
+                width[pos] = workloads.norm_width(op, int(found.at[op, "weight_elems"]))
     rows.loc[need, "k"] = width.fillna(0).astype("int64").to_numpy()
+    return rows
+
+
+_CONV_INPUT_SHAPE = re.compile(r"\binput (\d+)x(\d+)x(\d+)x(\d+),")
+
+
+def _trace_ops(model: str, cache: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The ops of a shipped model's trace by name (empty for a model without one), loaded
+    once per ``cache``."""
+    import workloads
+
+    if model not in cache:
+        try:
+            cache[model] = workloads.load_trace(model).ops.set_index("name")
+        except workloads.TraceError:
+            cache[model] = pd.DataFrame()
+    return cache[model]
+
+
+def with_conv_inputs(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with ``input_elems``: the elements of a convolution's input over the batch
+    (N x C_in x H x W), which the geometry features read (:data:`FEATURES`): a benchmarked
+    convolution's from the input its note records (kept in ``variant``), a trace row's from
+    its trace op (per sample) times the row's batch; 0 for other rows and where unknown."""
+    rows = rows.assign(input_elems=0.0)
+    conv = rows["kind"].astype(str).isin(_CONV_KINDS) & (rows["m"] > 0)
+    if not conv.any():
+        return rows
+    shapes = rows.loc[conv, "variant"].astype(str).str.extract(_CONV_INPUT_SHAPE).astype(float)
+    rows.loc[conv, "input_elems"] = shapes.prod(axis=1, skipna=False).fillna(0.0).to_numpy()
+    if "source" in rows and "model" in rows and "batch" in rows:
+        ops: dict[str, pd.DataFrame] = {}
+        traced = conv & (rows["source"].astype(str) == "trace") & (rows["input_elems"] == 0)
+        for pos in rows.index[traced]:
+            found = _trace_ops(str(rows.at[pos, "model"]), ops)
+            op = str(rows.at[pos, "op"])
+            if op in found.index:
+                rows.at[pos, "input_elems"] = float(found.at[op, "input_elems"]) * float(
+                    rows.at[pos, "batch"])
     return rows
 
 
@@ -271,10 +332,11 @@ def usable_rows(dataset: pd.DataFrame) -> pd.DataFrame:
     rows = rows[rows["idle"].fillna(True).astype(bool) | gpu]
     rows = rows[rows["median_s"] <= 1.5 * rows["min_s"]]
     rows = with_norm_widths(rows.assign(variant=kernel_variant(rows)))
-    rows = with_feature_kinds(rows)
+    rows = with_conv_inputs(with_feature_kinds(rows))
     rows = rows[~rows["implementation"].str.contains("algsearch")]
     # Frames built by hand may lack the run columns: one run, one round, cold caches.
-    rows = rows.assign(**{c: v for c, v in (("run_id", ""), ("round", 0), ("cache", "cold"))
+    rows = rows.assign(**{c: v for c, v in (("run_id", ""), ("round", 0), ("cache", "cold"),
+                                                             ("batch", 0))
                           if c not in rows.columns})
     return rows.assign(cache=rows["cache"].astype(str).replace("", "cold"))
 
@@ -300,15 +362,17 @@ def training_rows(dataset: pd.DataFrame) -> pd.DataFrame:
     config = ["key", "format", "kind", "m", "k", "n", "groups", "sparsity", "block", "cache",
               "variant"]
     kernel = config + ["implementation"]
+    # A configuration's input and batch (for a convolution's geometry, with_conv_inputs) are
+    # those of its first row: rows of one GEMM view from two layers share the kernel.
+    same = {c: (c, "first") for c in ("sol_s", "flops", "bytes")}
+    shape = {c: (c, "first") for c in ("input_elems", "batch")}
     rounds = rows.groupby(kernel + ["run_id", "round"], as_index=False, observed=True).agg(
-        median_s=("median_s", "median"), sol_s=("sol_s", "first"), flops=("flops", "first"),
-        bytes=("bytes", "first"))
+        median_s=("median_s", "median"), **same, **shape)
     runs = rounds.groupby(kernel + ["run_id"], as_index=False, observed=True).agg(
-        median_s=("median_s", "min"), sol_s=("sol_s", "first"), flops=("flops", "first"),
-        bytes=("bytes", "first"), rounds=("round", "size"))
+        median_s=("median_s", "min"), **same, rounds=("round", "size"), **shape)
     out = runs.groupby(kernel, as_index=False, observed=True).agg(
-        time_s=("median_s", "median"), sol_s=("sol_s", "first"), flops=("flops", "first"),
-        bytes=("bytes", "first"), runs=("median_s", "size"), rounds=("rounds", "sum"))
+        time_s=("median_s", "median"), **same, runs=("median_s", "size"),
+        rounds=("rounds", "sum"), **shape)
     out["implementation"] = out["implementation"].astype(str)
     out["impl"] = 0
     for _, group in out.groupby("key"):
