@@ -166,8 +166,11 @@ def _run_spmv(args: argparse.Namespace, budget: float, out: Path) -> int:
     if any(b < 0 for b in bandwidths):
         raise BenchError(f"--bandwidth {min(bandwidths)}: give 0 (none) or a positive width")
     if budget <= AFTER_RUN_S:
-        raise BenchError(f"--budget {args.budget}: {AFTER_RUN_S:.0f} s of it go to writing the "
-                         "results and the report; give at least 30s")
+        from ..measure.budget import duration_text
+
+        raise BenchError(f"--budget {duration_text(budget)}: {AFTER_RUN_S:.0f} s of it go to "
+                         "writing the results and the report, which leaves nothing to "
+                         "measure; give at least 30s")
     plan = plan_spmv_benchmark(budget, max_dim=args.max_dim, seed=args.seed,
                                blocks=args.blocks, bandwidths=bandwidths, reserve_s=AFTER_RUN_S)
     dropped = _dropped(plan.pruning.dropped)
@@ -251,7 +254,7 @@ def _cmd_spmv_blocks(args: argparse.Namespace) -> int:
     import workloads
 
     from ..measure.host import cpu_model, fingerprint
-    from ..output import write_atomic
+    from ..output import FileSet, write_atomic
     from ..spmv.bench import parse_duration
     from ..spmv.blocks import (
         BLOCK_NNZ,
@@ -261,6 +264,9 @@ def _cmd_spmv_blocks(args: argparse.Namespace) -> int:
     )
     budget = parse_duration(args.budget)
     check_outputs(files=[("--out", args.out, (".parquet",))])
+    if args.out.with_suffix(".json").is_dir():  # found before the run, not after it
+        raise BenchError(f"--out {args.out}: {args.out.with_suffix('.json')}, where its "
+                         "provenance goes, is a folder; remove it or choose another --out")
     traces = [workloads.load_trace(name.strip()) for name in args.models.split(",")
               if name.strip()]
     if not traces:
@@ -291,8 +297,10 @@ def _cmd_spmv_blocks(args: argparse.Namespace) -> int:
         "reference_p90_over_p10": float(data.matrices["reference_s"].quantile(0.9)
                                         / data.matrices["reference_s"].quantile(0.1)),
     }
-    write_atomic(args.out, write)
-    write_atomic(sidecar, lambda h: h.write((json.dumps(provenance, indent=1) + "\n").encode()))
+    with FileSet():  # the dataset and its provenance: both, or neither
+        write_atomic(args.out, write)
+        write_atomic(sidecar, lambda h: h.write((json.dumps(provenance, indent=1) + "\n"
+                                                  ).encode()))
     by_source = data.matrices.groupby("source").size().to_dict()
     sources = ", ".join(f"{v} {k}" for k, v in by_source.items())
     print(f"measured {len(data.matrices)} matrices ({sources}), "

@@ -58,7 +58,7 @@ def add_parsers(commands) -> None:
                           "whole-model constants fitted on the other models; prints in-sample "
                           "and held-out errors side by side (minutes: one training per model)")
     cal.add_argument("--seed", type=seed, default=0, help="seed of folds and trees (default 0)")
-    cal.add_argument("--residual", choices=RESIDUALS, default="trees",
+    cal.add_argument("--residual", choices=RESIDUALS, default=None,  # None: trees, and not given
                      help="the learned residual on the physical model: trees (gradient "
                           "boosting, the default: it validates better held out) or monotone "
                           "(histogram gradient boosting constrained where physics gives a "
@@ -149,6 +149,38 @@ def _check_whole_model_values(frame: pd.DataFrame, path: Path) -> None:
             value = value.item() if isinstance(value, np.generic) else value
             raise CalibrationError(f"--whole-models {path}: row {row} has {column} = "
                                    f"{value!r}; give {wanted}")
+
+
+def _check_whole_model_table(frame: pd.DataFrame, paths: list[Path]) -> None:
+    """What the comparison needs of one device's joined tables, checked before any training
+    (it was found only after it, or not at all: a table of no dense run compared nothing and
+    exited 0): a measured row, a dense run (the variant every comparison is against) and
+    models that are traces."""
+    import workloads
+
+    from ..calibrate.predictor import CalibrationError
+    from ..calibrate.validate import whole_model_variants
+
+    label = ", ".join(map(str, paths))
+    measured = frame[frame["median_s"].notna()]
+    if "error" in measured.columns:
+        measured = measured[measured["error"].isna() | (measured["error"].astype(str) == "")]
+    if measured.empty:
+        raise CalibrationError(f"--whole-models {label}: no row holds a measured median_s; "
+                               "give model,variant,batch,median_s rows with their times")
+    dense, _sparse, _format = whole_model_variants(measured)
+    variants = sorted(set(measured["variant"].astype(str)))
+    if dense not in variants:
+        raise CalibrationError(f"--whole-models {label}: no measured row of variant "
+                               "dense_cudagraph or dense_eager, the dense run every comparison "
+                               f"is against (variants given: {', '.join(variants[:6])})")
+    for row, model in measured["model"].astype(str).drop_duplicates().items():
+        try:
+            workloads.load_trace(model)
+        except (workloads.TraceError, ValueError, OSError):
+            raise CalibrationError(f"--whole-models {label}: row {row} has model = {model!r}, "
+                                   "which is no shipped trace (dse workloads list) nor a trace "
+                                   "file") from None
 
 
 def _pct(value: float) -> str:
@@ -247,6 +279,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     if args.estimator == "spmv-cnn":
         return spmv_estimator.run(args)
+    spmv_estimator.refuse_spmv_options(args)
     if args.hold_out_models and not args.whole_models:
         raise CalibrationError("dse calibrate --hold-out-models validates whole models: give "
                                "--whole-models DEVICE=FILE too")
@@ -257,6 +290,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     # Every whole-model table is read and checked now, not after the training.
     whole = {name: _read_whole_models(paths)
              for name, paths in _whole_models(args.whole_models).items()}
+    for name, paths in _whole_models(args.whole_models).items():
+        _check_whole_model_table(whole[name], paths)
     names = args.data or shipped_datasets()
     if args.out is not None:
         frame = concat([load_dataset(n) for n in names])
@@ -268,7 +303,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
           "expected kernel time (an expectation, not a bound)")
     for name, frame, source in sets:
         data = device_rows(frame, name, source)
-        data.residual = args.residual
+        data.residual = args.residual or "trees"
         predictions = validated_predictions(
             data, seed=args.seed, progress=StatusLine(f"{name}: validated", "folds"))
         chosen = choose_methods(predictions)

@@ -50,7 +50,9 @@ def add_parsers(commands) -> None:
                     help="where the kernels run (default cpu)")
     mp.add_argument("--budget", default="10m", metavar="DURATION", type=duration(),
                     help="time for the whole run, e.g. 90s, 5m, 1h (default 10m); the trace's "
-                         "own shapes first, then adaptive sampling")
+                         "own shapes first (always timed once: a budget they cannot fit is "
+                         "refused before them, or as soon as their pace shows it), then "
+                         "adaptive sampling")
     mp.add_argument("--out", type=path_value, default=Path("measurements.parquet"), metavar="FILE",
                     help="dataset to write, .parquet or .csv, with FILE.json beside it "
                          "(default measurements.parquet)")
@@ -92,12 +94,13 @@ def add_parsers(commands) -> None:
 
 def _cmd_measure(args: argparse.Namespace) -> int:
     from ..measure.dataset import whole_model_rows
-    from ..measure.measure import measure, parse_budget, write_dataset
+    from ..measure.measure import check_wait_idle, measure, parse_budget, write_dataset
     from ..output import FileSet, write_table
 
     check_outputs(files=[("--out", args.out, (".parquet", ".csv"))])
     _check_side_files(args.out)
     budget = parse_budget(args.budget)
+    check_wait_idle(args.wait_idle, budget)
     d = design_from_args(args)
     asked_whole = args.whole_models or args.whole_models_only
     if asked_whole:

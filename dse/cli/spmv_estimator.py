@@ -33,10 +33,29 @@ def add_arguments(parser) -> None:
                              "the blockwise SpMV estimator, a 1D CNN over blocks of 250 "
                              "nonzeros, on datasets of dse bench spmv-blocks (shipped: "
                              f"{', '.join(_shipped_block_datasets()) or 'none'}); needs torch")
-    parser.add_argument("--epochs", type=integer(1, 10_000), default=EPOCHS, metavar="E",
+    # Defaults applied in run(): an option given to the other estimator is refused, not
+    # ignored, and only a value left as None tells that it was not given.
+    parser.add_argument("--epochs", type=integer(1, 10_000), default=None, metavar="E",
                         help=f"spmv-cnn training epochs (default {EPOCHS})")
-    parser.add_argument("--folds", type=integer(2, 100), default=5, metavar="F",
-                        help="spmv-cnn --validate folds, whole matrices left out (default 5)")
+    parser.add_argument("--folds", type=integer(2, 100), default=None, metavar="F",
+                        help=f"spmv-cnn --validate folds, whole matrices left out (default "
+                             f"{FOLDS})")
+
+
+#: Folds of the SpMV estimator's --validate unless --folds says otherwise.
+FOLDS = 5
+
+
+def refuse_spmv_options(args: argparse.Namespace) -> None:
+    """The kernel predictors take no epochs and no folds: --epochs or --folds given to them
+    would be ignored, so they are refused."""
+    from ..calibrate.predictor import CalibrationError
+
+    for option, value in (("--epochs", args.epochs), ("--folds", args.folds)):
+        if value is not None:
+            raise CalibrationError(f"{option} {value}: only --estimator spmv-cnn trains in "
+                                   "epochs and folds; the kernel predictors take neither "
+                                   f"(drop {option}, or add --estimator spmv-cnn)")
 
 
 def _row(label: str, summary: dict) -> dict:
@@ -56,6 +75,14 @@ def run(args: argparse.Namespace) -> int:
     if args.whole_models:
         raise CalibrationError("--whole-models compares kernel predictors; it does not go with "
                                "--estimator spmv-cnn")
+    if getattr(args, "residual", None) is not None:
+        raise CalibrationError(f"--residual {args.residual}: the residual is the kernel "
+                               "predictors'; --estimator spmv-cnn learns no residual (drop it)")
+    if args.folds is not None and not args.validate:
+        raise CalibrationError(f"--folds {args.folds}: folds are for --validate; add "
+                               "--validate or drop --folds")
+    args.epochs = EPOCHS if args.epochs is None else args.epochs
+    args.folds = FOLDS if args.folds is None else args.folds
     for name, value in (("--epochs", args.epochs), ("--folds", args.folds)):
         if value < (2 if name == "--folds" else 1):
             raise CalibrationError(f"{name} {value}: give at least "

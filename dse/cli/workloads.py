@@ -124,6 +124,15 @@ def _cmd_workloads_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_workloads_export(args: argparse.Namespace) -> int:
+    from workloads import TraceError
+    from workloads.registry import is_language_model
+
+    if is_language_model(args.model.strip()):
+        # Was: "unknown timm model 'llama-3-8b'", after importing timm.
+        raise TraceError(f"{args.model.strip()} is a language model, not a timm model: dse "
+                         "builds its trace from its configuration for each phase and context; "
+                         f"see it with dse evaluate --model {args.model.strip()} --phase "
+                         "prefill|decode --context TOKENS --per-layer --out FILE.csv")
     from workloads.export import export_trace
 
     from ..output import write_atomic

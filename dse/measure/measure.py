@@ -10,8 +10,13 @@ fraction of it the kernel reached. Timing follows :mod:`dse.measure.timing`.
 Budget arithmetic: the trace's own shapes are always measured (they are the point of the run);
 sampling then adds configurations while the time left (``budget_s`` minus what the run has
 spent, by ``clock``) covers the next one, estimated as the slowest of the last three sampled
-configurations (or the mean trace shape before any). Library code: it never prints; progress
-goes through ``progress(done, total)``.
+configurations (or the mean trace shape before any). The trace's shapes are timed once
+whatever the budget, so a budget they cannot fit is refused before the first of them: its floor
+(every cold timing's ``min_repeats`` cache flushes, the flush's cost estimated on a small buffer,
+then measured; :func:`dse.measure.budget.check_first_round_fits`); and once three of them are
+timed, a round whose pace projects the run past 1.5 times the budget stops there, naming the
+budget it needs (:func:`dse.measure.budget.check_first_round_pace`). Library code:
+it never prints; progress goes through ``progress(done, total)``.
 
 Rounds (``rounds``; default 4 on the CPU, 1 on CUDA): every configuration of the first round
 (trace shapes, vector ops, whole models, sampled configurations) is timed again in each later
@@ -64,7 +69,14 @@ import pandas as pd
 from ..output import check_output_path, write_atomic, write_table
 from ..roofline import Numerics, evaluate, evaluate_layers
 from . import host
-from .budget import Budget, parse_duration, rounds_within
+from .budget import (
+    Budget,
+    check_first_round_fits,
+    check_first_round_pace,
+    duration_text,
+    parse_duration,
+    rounds_within,
+)
 from .dataset import SCHEMA, validate
 from .errors import MeasureError
 from .sol import sol_columns, sol_from_layers
@@ -77,6 +89,9 @@ __all__ = [
     "MeasureError",
     "MeasureResult",
     "check_inputs",
+    "check_memory",
+    "check_wait_idle",
+    "kernel_bytes",
     "measure",
     "blank_row",
     "parse_budget",
@@ -213,6 +228,14 @@ class MeasureResult:
                      "others)")
         return text
 
+    def _overrun_text(self) -> str:
+        # Said, not hidden: the trace's shapes are timed once whatever they cost; the budget
+        # was checked against their floor before them, their real time can be more.
+        if self.spent_s <= self.budget_s * 1.05:
+            return ""
+        return (" (over it: the trace's own shapes are always timed once, and took longer "
+                "than their floor; a longer --budget leaves room for sampling)")
+
     def summary_text(self) -> str:
         """The summary ``dse measure`` prints."""
         f = self.frame
@@ -221,7 +244,8 @@ class MeasureResult:
             f"measured {len(f)} kernel rows ({len(ok)} timed, {len(f) - len(ok)} not run) on "
             f"{f['device_name'].iloc[0] if len(f) else '?'}: {self.trace_configs} trace "
             f"configurations, {self.sampled_configs} sampled"
-            f"{self._rounds_text()}; {self.spent_s:.0f} s of a {self.budget_s:.0f} s budget",
+            f"{self._rounds_text()}; {self.spent_s:.0f} s of a {self.budget_s:.0f} s budget"
+            f"{self._overrun_text()}",
         ]
         not_idle = int((ok["idle"] == False).sum())  # noqa: E712 (nullable boolean)
         if not_idle:
@@ -346,6 +370,42 @@ def blank_row(run: dict) -> dict:
     return row
 
 
+def _cold_timings(shapes: pd.DataFrame, vec: pd.DataFrame, fmts, batches) -> int:
+    """Kernels the first round times after a cache flush: per batch, every trace shape in
+    every format that applies to it (a shape fallback is a row, not a timing) and every
+    vector op; at least one implementation each."""
+    per_batch = len(vec) + sum(
+        1 for shape in shapes.itertuples(index=False) for fmt in fmts
+        if fmt.family == "dense" or bool(fmt.applies_to(shape.m, shape.k)))
+    return per_batch * len(batches)
+
+
+#: The buffer the CPU flush's cost is estimated on before its own is set up.
+_PROBE_BYTES = 64 * 2**20
+
+
+def _flush_bytes() -> int:
+    """The CPU flush buffer: twice the last-level cache."""
+    return 2 * max(host.cache_sizes().values(), default=32 * 2**20)
+
+
+def _flush_estimate() -> tuple[float, float]:
+    """Seconds to set up the CPU flush buffer and to read it once, scaled from a buffer of at
+    most :data:`_PROBE_BYTES` (a small buffer reads from a cache at least as fast as a large
+    one from memory: a lower bound, as the budget's floor needs)."""
+    probe = min(_flush_bytes(), _PROBE_BYTES)
+    start = time.perf_counter()
+    buf = np.ones(probe // 8)
+    setup = time.perf_counter() - start
+    reads = []
+    for _ in range(2):
+        start = time.perf_counter()
+        buf.sum()
+        reads.append(time.perf_counter() - start)
+    scale = _flush_bytes() / probe
+    return setup * scale, min(reads) * scale
+
+
 class _Flush:
     """Read a buffer of twice the last-level cache: the next call starts cold."""
 
@@ -358,9 +418,18 @@ class _Flush:
             l2 = int(getattr(props, "L2_cache_size", 50 * 2**20) or 50 * 2**20)
             self.buf = torch.empty(max(256 * 2**20, 4 * l2) // 2, dtype=torch.float16,
                                    device="cuda")
+            self.seconds = 0.0  # asynchronous on the GPU: not priced in the budget's floor
         else:
-            llc = max(host.cache_sizes().values(), default=32 * 2**20)
-            self.buf = np.ones(2 * llc // 8)
+            self.buf = np.ones(_flush_bytes() // 8)
+            # What one flush costs (real seconds, as kernels are timed): the floor of a cold
+            # timing, which the budget must fit (budget.check_first_round_fits). On a VM
+            # reporting a 480 MiB L3 a flush reads 1 GB: 57 ms, five per cold timing.
+            self.seconds = min(self._timed() for _ in range(2))
+
+    def _timed(self) -> float:
+        start = time.perf_counter()
+        self()
+        return time.perf_counter() - start
 
     def __call__(self) -> None:
         self.buf.sum()
@@ -449,13 +518,82 @@ def _run_base(device: str, trace_name: str) -> tuple[dict, dict]:
     return base, facts
 
 
+def check_wait_idle(wait_idle_s: float, budget_s: float) -> None:
+    """The wait for an idle machine counts in the budget: one as long as the budget or longer
+    would spend all of it waiting (``--wait-idle 100 --budget 5s`` waited 100 s)."""
+    if wait_idle_s > 0 and wait_idle_s >= budget_s:
+        raise MeasureError(f"--wait-idle {wait_idle_s:g}: the wait counts in --budget "
+                           f"{duration_text(budget_s)} and would leave nothing to measure; "
+                           "give a shorter --wait-idle or a longer --budget")
+
+
+#: Share of main memory the largest kernel's tensors may take (:func:`check_memory`): its
+#: implementations copy them (X transposed, the sparse weight beside the dense one).
+MEMORY_SHARE = 0.5
+#: The copies an implementation holds beside a kernel's inputs and outputs, counted as a factor.
+_COPIES = 2
+
+
+def kernel_bytes(trace, batch: int, dtype_bytes: int = 4) -> tuple[int, str]:
+    """About the bytes the largest kernel of ``trace`` at ``batch`` holds while timed: its
+    input (im2col width for convolutions), output and weight, times the copies its
+    implementations make; with the op that needs them. Whole models are not counted."""
+    ops = trace.ops
+    gemm = ops[ops["prunable"]]
+    per_sample = ((gemm["groups"] * (gemm["k"] + gemm["m"]) * gemm["n"]).clip(lower=0)
+                  .combine(gemm["input_elems"] + gemm["output_elems"], max))
+    weights = gemm["groups"] * gemm["m"] * gemm["k"]
+    vector = ops[~ops["kind"].isin(["conv", "linear", "matmul", "other"])]
+    sizes = [(int(per) * batch + int(w), str(name)) for per, w, name in zip(
+        per_sample, weights, gemm["name"], strict=True)]
+    sizes += [((int(i) + int(o)) * batch, str(name)) for i, o, name in zip(
+        vector["input_elems"], vector["output_elems"], vector["name"], strict=True)]
+    if not sizes:
+        return 0, ""
+    elements, name = max(sizes)
+    return _COPIES * dtype_bytes * elements, name
+
+
+def check_memory(trace, batches: Sequence[int], device: str = "cpu",
+                 memory: int | None = None) -> None:
+    """Refuse a batch whose largest kernel cannot fit in :data:`MEMORY_SHARE` of this machine's
+    memory (``memory`` bytes; default its main memory), with the estimate and the largest batch
+    that fits, before anything is allocated (``--batch 16777216`` asked torch for 464 GB and
+    ended in a traceback). CUDA kernels are checked against main memory too: their inputs are
+    built there first."""
+    memory = host.memory_bytes() if memory is None else memory
+    if not memory:
+        return
+    limit = MEMORY_SHARE * memory
+    dtype_bytes = 4 if device == "cpu" else 2
+    for batch in sorted(set(int(b) for b in batches), reverse=True):
+        need, op = kernel_bytes(trace, batch, dtype_bytes)
+        if need <= limit:
+            return
+        fits = 0
+        lo, hi = 1, batch
+        while lo <= hi:  # the largest batch whose kernels fit (bytes grow with the batch)
+            mid = (lo + hi) // 2
+            if kernel_bytes(trace, mid, dtype_bytes)[0] <= limit:
+                fits, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        fix = (f"give --batch {fits:,} or less" if fits else
+               "no batch fits: measure on a machine with more memory")
+        raise MeasureError(f"--batch {batch:,}: the largest kernel of {trace.model} at this "
+                           f"batch ({op}) needs about {need / 2**30:,.1f} GiB, beyond "
+                           f"{MEMORY_SHARE:.0%} of this machine's {memory / 2**30:,.1f} GiB; "
+                           f"{fix}")
+
+
 def check_inputs(trace, hw, formats: Sequence[str], batches, device: str) -> None:
     """Refuse, with :class:`MeasureError`, what :func:`measure` would refuse before measuring
     anything (the device, the formats it has kernels for, the dtypes the spec must rate): a
     command line checks its inputs with this before it announces any work."""
-    _, checked_hw, _ = _inputs(trace, hw, batches, device)
+    checked_trace, checked_hw, batch_list = _inputs(trace, hw, batches, device)
     _formats(formats, device)
     _numerics(device, checked_hw)
+    check_memory(checked_trace, batch_list, device)
 
 
 def measure(
@@ -476,6 +614,7 @@ def measure(
     kernels: bool = True,
     rounds: int | None = None,
     warm: bool = False,
+    real_clock: Callable[[], float] | None = None,
 ) -> MeasureResult:
     """Measure real kernels for ``trace`` (a Trace or shipped name) on ``device`` and price them
     on ``hw`` (an Accelerator, a catalog name or a spec path, e.g. the ``dse hw probe`` file).
@@ -489,10 +628,14 @@ def measure(
     cores alone (counted in the budget). ``rounds``: times each configuration is timed, spread
     over the run (module docstring; default :data:`DEFAULT_ROUNDS`). ``warm``: also time
     every trace shape and vector op without the cache flush (rows with ``cache = "warm"``;
-    sampled configurations stay cold). Raises
-    :class:`MeasureError` for input it cannot use.
+    sampled configurations stay cold). ``real_clock``: a clock of real seconds, by which the
+    budget's floor and the first round's pace are judged (module docstring; default ``clock``
+    when it is :func:`time.perf_counter`, else none: the readings of an injected ``clock`` are
+    not seconds, and are checked against neither). Raises :class:`MeasureError` for input it
+    cannot use.
     """
     budget = Budget(budget_s, clock, MeasureError)  # refuses budget <= 0 first: it costs nothing
+    check_wait_idle(wait_idle_s, budget.total_s)
     rounds = DEFAULT_ROUNDS.get(device, 1) if rounds is None else rounds
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise MeasureError(f"--rounds {rounds!r}: give a whole number of rounds, 1 or more")
@@ -500,6 +643,8 @@ def measure(
     fmts = _formats(formats, device)
     numerics = _numerics(device, hw)
     time_kernels = bool(kernels)  # `kernels` names the device's kernel table below
+    if time_kernels:
+        check_memory(trace, batch_list, device)
     if whole_models is None:
         whole_models = device == "cuda"
     if not time_kernels and not whole_models:
@@ -523,13 +668,22 @@ def measure(
     try:
         base, facts = _run_base(device, trace.model)
         base["round"] = 0
-        run = _Run(device, hw, numerics, method, _Flush(device), base, kernels)
         dense = formats_pkg.parse("dense")
         all_fmts = [dense, *fmts]
         shapes = _distinct_shapes(trace)
         shapes = shapes if time_kernels else shapes.iloc[:0]
-        geometries = _conv_geometries(trace) if device == "cpu" and time_kernels else {}
         vec = _distinct_vector_ops(trace) if vector_ops and time_kernels else pd.DataFrame()
+        # Kernels timed after a cache flush in the first round: its floor, checked against the
+        # budget before the flush buffer is set up (seconds on a large last-level cache), with
+        # the flush's cost estimated on a small buffer, then again once it is measured.
+        cold_timings = _cold_timings(shapes, vec, all_fmts, batch_list)
+        real_clock = real_clock or (clock if clock is time.perf_counter else None)
+        if device == "cpu" and cold_timings and real_clock is not None:
+            setup_s, flush_s = _flush_estimate()
+            check_first_round_fits(budget.total_s, budget.spent(), cold_timings,
+                                   method.min_repeats, flush_s, MeasureError, setup_s)
+        run = _Run(device, hw, numerics, method, _Flush(device), base, kernels)
+        geometries = _conv_geometries(trace) if device == "cpu" and time_kernels else {}
         model_fmts = ([dense, *[f for f in fmts if f.family in ("block", "unstructured")]]
                       if device == "cpu" else [dense]) if whole_models else []
         caches = ("cold", "warm") if warm else ("cold",)
@@ -575,9 +729,22 @@ def measure(
         trace_configs = len(jobs)
         total = rounds * trace_configs
         trace_started = clock()
+        # The trace's shapes are always timed once: a budget they cannot fit is refused
+        # before the first of them, not overrun (no extra reading of the clock).
+        if real_clock is not None:
+            check_first_round_fits(budget.total_s, trace_started - budget.start, cold_timings,
+                                   method.min_repeats, run.flush.seconds, MeasureError)
+        # Its pace (stopped early when the run would end far past the budget), by the real
+        # clock: an injected run clock counts the readings the budget arithmetic names.
+        room = budget.total_s - (trace_started - budget.start)
+        pace_start = real_clock() if real_clock is not None else 0.0
         for done, job in enumerate(jobs, 1):
             if job is not None and not _timed_any(run, job):
                 jobs[done - 1] = None  # it could not run: said once, not again each round
+            if real_clock is not None:
+                check_first_round_pace(real_clock() - pace_start, done, trace_configs, room,
+                                       budget.total_s, trace_started - budget.start,
+                                       MeasureError)
             if progress is not None:
                 progress(done, total)
         per_config = (clock() - trace_started) / max(1, trace_configs)
