@@ -26,26 +26,30 @@ kv_heads`` query heads share its keys and values (grouped-query attention), so `
 hold the KV cache: ``context`` tokens of keys (scores) and of values (context) per layer, so at
 batch ``B`` a layer reads ``B x L x kv_bytes_per_token / layers`` of it, as features.
 
-``weight_elems`` are the parameters a step reads. The embedding lookup reads its tokens' rows,
+``weight_elems`` are the parameters an op holds. The embedding lookup reads its tokens' rows,
 which are its input, not the table: an untied table's ``vocab x hidden`` parameters are resident
 but not in ``weight_elems`` (the provenance's ``params`` and ``resident_weight_elems`` count every
-parameter). What the trace schema cannot say yet, and :func:`check_priceable` refuses until the
-evaluator can (:func:`llm_figures` gives the exact figures):
+parameter). An MoE layer's experts hold ``E`` sets of weights of which each token uses ``k``: the
+experts' GEMM dims are one expert's and ``n`` counts token-expert pairs (FLOPs exact);
+``weight_elems`` holds all ``E`` experts, ``E`` copies of the ``m x k`` GEMM weight that a
+format compresses and a weight dtype quantises each (resident, as the memory fit counts them).
+The provenance's ``routed_weights_by_op`` says so per expert linear, and that a step of ``T``
+tokens (batch x ``tokens_per_sample``) reads only ``E x (1 - (1 - k/E)^T)`` of the experts in
+expectation: the evaluator prices that share of the op's stored weights (values, index and
+scales alike; ``dse.roofline.pricing.weight_sets`` and ``weight_read_share``).
+
+What the trace schema cannot say yet, and :func:`check_priceable` refuses until the evaluator
+can (:func:`llm_figures` gives the exact figures):
 
 * the KV cache is read from DRAM whatever the fusion model (provenance ``kv_read_elems``, and
   per op ``kv_read_by_op``, which the evaluator prices at the KV-cache dtype): the
   unfused model prices it, the fused ones drop it with the other features, so decode is priced
-  unfused only; and it is resident (``kv_cache_elems``), which the memory model does not know;
-* an MoE layer's experts hold ``E`` sets of weights of which each token uses ``k``: the experts'
-  GEMM dims are one expert's and ``n`` counts token-expert pairs (FLOPs exact), ``weight_elems``
-  all ``E`` experts, but a batch of ``T`` tokens reads only ``E x (1 - (1 - k/E)^T)`` of them in
-  expectation, so only steps that touch (nearly) every expert are priced.
+  unfused only; and it is resident (``kv_cache_elems``), which the memory model does not know.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -513,6 +517,12 @@ def llm_trace(config: LLMConfig, phase: str, context: int) -> Trace:
     if c.is_moe:
         provenance["experts"] = {"num_experts": c.num_experts,
                                  "experts_per_token": c.experts_per_token}
+        # Each expert linear holds E equal sets of weights; each token reads k of them.
+        routed = {"sets": c.num_experts, "sets_per_token": c.experts_per_token,
+                  "tokens_per_sample": t}
+        provenance["routed_weights_by_op"] = {
+            r["name"]: dict(routed) for r in records
+            if r["kind"] == "linear" and ".mlp.experts." in r["name"]}
     trace = Trace.from_records(f"{c.name}.{phase}.{context}", [t], records, provenance,
                                where=c.name)
     trace.provenance["macs_per_sample"] = trace.macs_per_sample
@@ -555,15 +565,10 @@ def _mlp(c: LLMConfig, p: str, producer: str, t: int) -> list[dict[str, Any]]:
     ]
 
 
-#: The share of an MoE's experts a priced step must touch in expectation: the evaluator reads all
-#: of them, so a step touching fewer would get a bound slower than the step can be.
-MOE_TOUCHED_SHARE = 0.999
-
-
 def check_priceable(trace: Trace, batches: Sequence[int], fusions: Sequence[str]) -> None:
     """Refuse, in one line, the language-model designs the evaluator would price wrongly (see
-    the module): decode under a fusion model that drops the KV-cache read, and an MoE step whose
-    tokens leave experts untouched. Other traces pass."""
+    the module): decode under a fusion model that drops the KV-cache read. Other traces pass
+    (an MoE step is priced with the experts its tokens touch, in expectation)."""
     p = trace.provenance
     if p.get("phase") not in PHASES:
         return
@@ -572,17 +577,6 @@ def check_priceable(trace: Trace, batches: Sequence[int], fusions: Sequence[str]
         raise LLMConfigError(f"{p['config']} decode: fusion {fused[0]} keeps features on chip "
                              "and would drop the KV-cache read, which is always from DRAM; "
                              "use --fusion unfused for decode")
-    if "experts" in p:
-        e, k = p["experts"]["num_experts"], p["experts"]["experts_per_token"]
-        tokens = min(batches) * p["tokens_per_sample"]
-        if experts_touched(e, k, tokens) < MOE_TOUCHED_SHARE * e:
-            least = math.ceil(math.log(1 - MOE_TOUCHED_SHARE) / math.log(1 - k / e))
-            raise LLMConfigError(
-                f"{p['config']} {p['phase']}: {tokens} token(s) per step touch "
-                f"{experts_touched(e, k, tokens):.2f} of {e} experts in expectation, but the "
-                f"evaluator reads all {e} (it cannot yet price the experts a batch touches); "
-                f"price steps of at least {least} tokens (batch x {p['tokens_per_sample']} "
-                f"token(s) per request)")
 
 
 # --- exact figures of a step ---------------------------------------------------------------------

@@ -8,7 +8,10 @@ A trace file is JSON::
 Op columns (``COLUMNS``): ``name`` (stable module path, unique), ``kind`` (``KINDS``), GEMM dims
 ``m``, ``k`` (per group) and ``n`` (per sample), ``groups``, ``weight_elems`` (parameter
 elements the op reads: weights and bias, not batch-scaled; a prunable op's first
-``groups * m * k`` are its prunable weights),
+``groups * m * k`` are its prunable weights, or ``E * groups * m * k`` for an MoE expert linear
+that holds ``E`` experts' copies of that GEMM weight: the provenance's
+``routed_weights_by_op`` names such ops and ``E`` as ``sets``; see :mod:`workloads.llm` and
+``dse.roofline.pricing.weight_sets``; the rest, a bias, stays dense),
 ``input_elems`` and ``output_elems`` (activation elements read and written, per sample),
 ``vector_flops`` (per sample), ``prunable`` and ``producers`` (names of the ops whose outputs this
 op reads; ``"input"`` is the model input). A GEMM computes ``Y[M x N] = W[M x K] . X[K x N]``

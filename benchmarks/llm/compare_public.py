@@ -3,21 +3,34 @@
     python -m benchmarks.llm.compare_public            # prints the table; exit 1 if one beats it
     python -m benchmarks.llm.compare_public --out benchmarks/llm/public_vs_bound.csv
 
-``public_figures.csv`` holds published measurements, each with its source: NVIDIA's
-TensorRT-LLM performance overview (``trtllm-bench throughput`` at maximum load, "Total Output
-Throughput", FP8 checkpoints of LLaMA 3.1 8B and 3.3 70B, one GPU). Those models have the
-architecture of the shipped ``llama-3-8b`` and ``llama-3-70b`` configurations (they differ in
-rotary scaling and maximum context, which change neither FLOPs nor bytes).
+``public_figures.csv`` holds published measurements, each with its source (URL or repository
+file at a commit, and the table and row): NVIDIA's TensorRT-LLM performance overview
+(``trtllm-bench throughput`` at maximum load, "Total Output Throughput", FP8 checkpoints of
+LLaMA 3.1 8B and 3.3 70B, one GPU), and the same document as of release 0.9.0 (Mistral 7B at
+fixed batches, FP16 on an A100 and FP8 on an H100 and an H200); torchao's LLaMA-3-8B runs on
+one A100-80GB (batch 1, bf16 dense, int8 and int4 weight-only, and 2:4 with int4 through the
+sparse Marlin kernel); and Qwen's speed benchmark of Qwen2.5-7B-Instruct under vLLM on one
+A100 80GB (batch 1, BF16, GPTQ-Int8, GPTQ-Int4 and AWQ). Those models have the architecture
+of the shipped configurations (LLaMA 3.1 and 3.3 differ in rotary scaling and maximum context,
+and the instruct model in its weights, which change neither FLOPs nor bytes).
 
-The bound of such a run, from ``dse evaluate`` on the same GPU, in fp8 with an fp8 KV cache
-(narrower than anything the run used, so the bound can only be higher): requests of ``isl``
-prompt and ``osl`` generated tokens, run at the largest batch whose weights and KV cache fit at
-context ``isl``, each decode step priced at context ``isl`` (the shortest any step reads), and
-the prompts' prefill left out. Every one of those choices makes the bound higher than what any
-schedule of those requests could reach, so ``output tokens/s <= B / time_per_step(B, isl)``
-with ``B`` that batch (tokens/s grows with the batch). The gap to it is reported: prefill
-(which the bound leaves out; 2048/128 spends most of its time there), longer contexts as
-tokens are generated, kernel efficiency and scheduling.
+Columns: ``precision``, the dtype of activations and of the KV cache (``fp8``, ``bf16``,
+``fp16``); ``weights``, the weight storage (``int8``, ``int4-gG``; empty for ``precision``);
+``format`` (``dense`` or ``2:4``); ``batch`` (empty for a run at maximum load); ``isl`` and
+``osl``, prompt and generated tokens per request.
+
+The bound of such a run, from ``dse evaluate`` on the same GPU with the same format and
+weights: the run's precision, and fp8 for the KV cache of an fp8 run (narrower than anything
+it used, so the bound can only be higher); int8 and int4 weights with one scale per channel or
+group and no zero points (at most what the run stored); requests of ``isl`` prompt and ``osl``
+generated tokens, at the run's batch or, at maximum load, the largest batch whose weights and
+KV cache fit at context ``isl``; each decode step priced at context ``isl`` (the shortest any
+step reads), and the prompts' prefill left out. Every one of those choices makes the bound
+higher than what any schedule of those requests could reach, so ``output tokens/s <= B /
+time_per_step(B, isl)`` with ``B`` that batch (tokens/s grows with the batch). The gap to it
+is reported: prefill (which the bound leaves out; 2048/128 spends most of its time there),
+longer contexts as tokens are generated, dequantisation and kernel efficiency, launch overhead
+at batch 1, and scheduling.
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import sys
 import tempfile
 from pathlib import Path
@@ -38,16 +52,48 @@ HERE = Path(__file__).resolve().parent
 FIGURES = HERE / "public_figures.csv"
 
 
-def _evaluate(model: str, hardware: str, context: int, batch: int, folder: Path) -> dict:
-    out = folder / f"{model}-{hardware}-{context}-{batch}.json"
+def _text(figure: dict, column: str, default: str) -> str:
+    """A cell of ``figure``, or ``default`` where the column is absent or the cell empty."""
+    value = figure.get(column)
+    return value.strip() if isinstance(value, str) and value.strip() else default
+
+
+def _options(figure: dict) -> list[str]:
+    """The ``dse evaluate`` options for a published run's dtypes and format."""
+    precision = _text(figure, "precision", "fp8")
+    argv = ["--dtype", precision, "--kv-dtype", precision]
+    weights = _text(figure, "weights", "")
+    if weights:
+        dtype, _, group = weights.partition("-g")
+        argv += ["--weight-dtype", dtype] + (["--weight-group-size", group] if group else [])
+    fmt = _text(figure, "format", "dense")
+    if fmt != "dense":
+        argv += ["--format", fmt]
+    return argv
+
+
+def _evaluate(figure: dict, context: int, batch: int, folder: Path) -> dict:
+    model, hardware = figure["model"], figure["hardware"]
+    options = _options(figure)
+    out = folder / f"{model}-{hardware}-{context}-{batch}-{'_'.join(options)}.json"
     argv = ["evaluate", "--model", model, "--phase", "decode", "--context", str(context),
-            "--batch", str(batch), "--hw", hardware, "--dtype", "fp8", "--kv-dtype", "fp8",
-            "--out", str(out)]
+            "--batch", str(batch), "--hw", hardware, *options, "--out", str(out)]
     with contextlib.redirect_stdout(io.StringIO()):  # the command's own table: not ours
         code = dse_main(argv)
     if code != 0:
         raise RuntimeError(f"dse {' '.join(argv)} exited {code}")
-    return json.loads(out.read_text())[0]
+    fmt = _text(figure, "format", "dense")
+    rows = [r for r in json.loads(out.read_text()) if str(r["format"]) == fmt]
+    if len(rows) != 1:
+        raise RuntimeError(f"dse {' '.join(argv)} gave {len(rows)} rows of format {fmt}")
+    return rows[0]
+
+
+def _batch(figure: dict) -> int | None:
+    value = figure.get("batch")
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
+        return None
+    return int(value)
 
 
 def bounds(figures: pd.DataFrame) -> pd.DataFrame:
@@ -56,11 +102,14 @@ def bounds(figures: pd.DataFrame) -> pd.DataFrame:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for _, f in figures.iterrows():
+            figure = f.to_dict()
             context = int(f["isl"])
-            first = _evaluate(f["model"], f["hardware"], context, 1, folder)
-            batch = int(first["largest_batch_that_fits"])
-            at = _evaluate(f["model"], f["hardware"], context, batch, folder)
-            rows.append({**f.to_dict(), "bound_batch": batch,
+            batch = _batch(figure)
+            if batch is None:  # at maximum load: the largest batch that fits
+                first = _evaluate(figure, context, 1, folder)
+                batch = int(first["largest_batch_that_fits"])
+            at = _evaluate(figure, context, batch, folder)
+            rows.append({**figure, "bound_batch": batch,
                          "bound_tokens_per_s": float(at["tokens_per_s"]),
                          "bound_time_per_step_s": float(at["latency_s"])})
     out = pd.DataFrame(rows)
@@ -77,8 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     table = bounds(pd.read_csv(args.figures))
     if args.out:
         table.to_csv(args.out, index=False)
-    show = table[["model", "hardware", "isl", "osl", "output_tokens_per_s", "bound_batch",
-                  "bound_tokens_per_s", "published_over_bound"]].copy()
+    columns = ["model", "hardware", "precision", "weights", "format", "isl", "osl",
+               "output_tokens_per_s", "bound_batch", "bound_tokens_per_s", "published_over_bound"]
+    show = table[[c for c in columns if c in table.columns]].copy()
+    for column in ("weights", "format"):
+        if column in show:
+            show[column] = show[column].fillna("-")
     show["bound_tokens_per_s"] = show["bound_tokens_per_s"].map("{:,.0f}".format)
     show["published_over_bound"] = show["published_over_bound"].map("{:.2f}".format)
     print(show.to_string(index=False))

@@ -20,9 +20,10 @@ model differs between evaluation setups), so every (model, metric, source) with 
 quantised row must also hold that source's own dense fp16 row, and a lookup gives, beside the
 figure, its **degradation** from that dense row in the metric's unit: the perplexity increase
 for a perplexity, the points lost for an accuracy. Lower is better for a degradation, whatever
-the metric. Where several sources give the same (model, pattern, weights, metric), the lookup
-takes the least degradation and names its source. Nothing is interpolated between rows: a
-format the table lacks has no accuracy (status ``missing``), never a guess.
+the metric. Where several sources, or one source's several methods, give the same (model,
+pattern, weights, metric), the lookup takes the least degradation and names its method and
+source (one row per (model, pattern, weights, metric, method, source)). Nothing is interpolated
+between rows: a format the table lacks has no accuracy (status ``missing``), never a guess.
 """
 
 from __future__ import annotations
@@ -196,14 +197,22 @@ class LLMAccuracyTable:
         records = list(records)
         key_rows: dict[tuple, int] = {}
         for row, r in records:
-            key = (r["model"], r["pattern"], r["weights"], r["metric"], r["source"])
+            # One source may give one format under several methods (SparseGPT and its own);
+            # each is a row of its own, and the lookup takes the least degradation.
+            key = (r["model"], r["pattern"], r["weights"], r["metric"], r["method"], r["source"])
             if key in key_rows:
                 _fail(where, row, "pattern", f"rows {key_rows[key]} and {row} both give model "
-                      f"{key[0]!r}, pattern {key[1]!r}, weights {key[2]!r}, metric {key[3]!r} "
-                      f"from {key[4]}; keep one")
+                      f"{key[0]!r}, pattern {key[1]!r}, weights {key[2]!r}, metric {key[3]!r}, "
+                      f"method {key[4]!r} from {key[5]}; keep one")
             key_rows[key] = row
-        dense = {(r["model"], r["metric"], r["source"]): r["value"] for _, r in records
-                 if r["pattern"] == "dense" and r["weights"] == "fp16"}
+        dense: dict[tuple, float] = {}
+        for row, r in records:
+            if r["pattern"] == "dense" and r["weights"] == "fp16":
+                key = (r["model"], r["metric"], r["source"])
+                if key in dense and dense[key] != r["value"]:
+                    _fail(where, row, "value", f"{r['source']} gives two dense fp16 figures for "
+                          f"model {r['model']!r}, metric {r['metric']!r}; keep one")
+                dense[key] = r["value"]
         for row, r in records:
             if (r["model"], r["metric"], r["source"]) not in dense:
                 _fail(where, row, "source", f"{r['source']} has no dense fp16 row for model "

@@ -44,6 +44,7 @@ from .pricing import (
     price,
     read_all,
     stack_formats,
+    weight_read_share,
 )
 
 __all__ = ["DEFAULT_NUMERICS", "FUSIONS", "SCOPES", "Designs", "EvaluationError", "Problem",
@@ -81,10 +82,19 @@ class Problem:
     hw: np.ndarray
     native_ok: np.ndarray
     batches: np.ndarray
+    # (B, P): per batch and op, the share of its stored weights a step reads (below 1 only for
+    # an MoE layer's experts: :func:`~dse.roofline.pricing.weight_read_share`); None: all 1.
+    weight_share: np.ndarray | None = None
 
     @property
     def formats(self) -> tuple[Format, ...]:
         return self.pricing.formats
+
+    def weight_bytes(self, a: KernelArrays, b: int) -> np.ndarray:
+        """``(3, F, P)``: ``a``'s weight bytes that a step of batch ``self.batches[b]`` reads."""
+        if self.weight_share is None:
+            return a.weight_bytes
+        return np.ascontiguousarray(a.weight_bytes * self.weight_share[b, a.ops])
 
     def arrays(self, scope: str) -> KernelArrays:
         arrays = kernel_arrays(self.pricing, scope)
@@ -98,10 +108,21 @@ class Problem:
         ``rules:NAME`` the fused columns (``T_FUSED``, ``T_MEMORY_FUSED``,
         ``T_MEMBOUND_FUSED``) hold that model's figures; any other fusion gives the same."""
         a = self.arrays(scope)
-        return K.design_totals(self.hw, self.native_ok, a.fallback_ops, self.batches,
-                               a.tensor_flops, a.sparse_flops, a.csr_flops, a.weight_bytes,
-                               a.feature_bytes_unfused, self._fused_features(a, fusion),
-                               a.vector_flops)
+        fused = self._fused_features(a, fusion)
+        if self.weight_share is None:
+            return K.design_totals(self.hw, self.native_ok, a.fallback_ops, self.batches,
+                                   a.tensor_flops, a.sparse_flops, a.csr_flops, a.weight_bytes,
+                                   a.feature_bytes_unfused, fused, a.vector_flops)
+        # The weights read depend on the batch (an MoE's touched experts): one call per batch,
+        # each design d = (h * F + f) * B + b filled from batch b's.
+        n_b = len(self.batches)
+        out = np.empty((len(self.hw) * len(self.formats) * n_b, 2, K.TOTAL_COLUMNS))
+        for b in range(n_b):
+            out[b::n_b] = K.design_totals(self.hw, self.native_ok, a.fallback_ops,
+                                          self.batches[b:b + 1], a.tensor_flops, a.sparse_flops,
+                                          a.csr_flops, self.weight_bytes(a, b),
+                                          a.feature_bytes_unfused, fused, a.vector_flops)
+        return out
 
     def _fused_features(self, a: KernelArrays, fusion: str) -> np.ndarray:
         """What the kernels take as fused feature bytes: the rules' under ``rules:NAME``."""
@@ -255,8 +276,10 @@ def prepare(trace, hardware, formats, batches, numerics) -> Problem:
                                   f"{MAX_BATCH:,}")
     hw = np.array([_hardware_rates(a, numerics) for a in accelerators], dtype=np.float64)
     native_ok = np.array([_native_row(a, fmts) for a in accelerators], dtype=np.bool_)
+    batch_array = np.array(batch_list, dtype=np.float64)
+    share = weight_read_share(trace, slice(None), batch_array[:, None])
     return Problem(trace, accelerators, price(trace, fmts, numerics), hw, native_ok,
-                    np.array(batch_list, dtype=np.float64))
+                   batch_array, share)
 
 
 def evaluate(
@@ -617,9 +640,21 @@ def evaluate_layers(
     kernels = np.where(falls_back, np.where(alt == 1, KERNEL_CSR, KERNEL_DENSE),
                        KERNEL_OWN).astype(np.int64)
     fused_features = problem._fused_features(a, fusion)
-    compute, mem, mem_fused, fl, wb = K.per_op(
-        problem.hw, kernels, problem.batches, a.tensor_flops, a.sparse_flops, a.csr_flops,
-        a.weight_bytes, a.feature_bytes_unfused, fused_features, a.vector_flops)
+    if problem.weight_share is None:
+        compute, mem, mem_fused, fl, wb = K.per_op(
+            problem.hw, kernels, problem.batches, a.tensor_flops, a.sparse_flops, a.csr_flops,
+            a.weight_bytes, a.feature_bytes_unfused, fused_features, a.vector_flops)
+    else:  # the weights read depend on the batch: one call per batch, as Problem.totals
+        n_b = len(problem.batches)
+        compute, mem, mem_fused, fl, wb = (np.empty((len(kernels), len(a.ops)))
+                                           for _ in range(5))
+        for i in range(n_b):
+            part = K.per_op(problem.hw, kernels[i::n_b], problem.batches[i:i + 1],
+                            a.tensor_flops, a.sparse_flops, a.csr_flops,
+                            problem.weight_bytes(a, i), a.feature_bytes_unfused, fused_features,
+                            a.vector_flops)
+            for whole, piece in zip((compute, mem, mem_fused, fl, wb), part, strict=True):
+                whole[i::n_b] = piece
     memory = (mem if fusion == "unfused" else mem_fused).ravel()
     features = a.feature_bytes_unfused if fusion == "unfused" else fused_features
     compute = compute.ravel()

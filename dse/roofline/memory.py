@@ -5,7 +5,8 @@ The model, per design (everything at batch B is the per-sample trace times B):
 
 * **Weights**: every op's parameters in the storage of the kernel that runs it: a prunable op's
   values and index as ``evaluate_layers`` prices them (its format, or dense / CSR where it falls
-  back), every other op's parameters dense. Resident for the whole run.
+  back), every other op's parameters dense. Resident for the whole run: an MoE layer's experts
+  all of them, though a step reads only those its tokens touch.
 * **Activations**: the trace's tensors (the model input and each op's output) live from the op
   that produces them (the input from the start) to their last consumer, in the trace's
   topological order; a model output lives to the end. At each op the live set is what has been
@@ -33,16 +34,27 @@ import numpy as np
 import pandas as pd
 
 from accelerator_models import Accelerator
+from formats import parse as parse_format
 from workloads import MAX_BATCH, MODEL_INPUT, Trace, load_trace
 
 from . import fusion_rules
 from .energy import DESIGN_KEYS, accelerator_table, designs_with_layers
 from .evaluator import DEFAULT_NUMERICS, FUSIONS
 from .numerics import Numerics
-from .pricing import rule_edges, weight_bytes_dense
+from .pricing import (
+    KERNEL_CSR,
+    KERNEL_DENSE,
+    KERNEL_OWN,
+    kernel_arrays,
+    price,
+    rule_edges,
+    stack_formats,
+    weight_bytes_dense,
+    weight_read_share,
+)
 
 __all__ = ["MEMORY_COLUMNS", "ActivationPeak", "activation_peak", "evaluate_memory",
-           "memory_frame"]
+           "memory_frame", "unread_weight_bytes"]
 
 #: Columns :func:`memory_frame` adds, in order.
 MEMORY_COLUMNS = ("weight_storage_bytes", "activation_peak_bytes", "onchip_peak_bytes",
@@ -114,6 +126,11 @@ def memory_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
     fixed = float(weight_bytes_dense(trace, numerics)[~ops["prunable"].to_numpy(bool)].sum())
     keys = list(DESIGN_KEYS)
     rows = layers[layers["op"].astype(str).isin(prunable_names)]
+    # A layer row holds the weights its step reads; an MoE's experts are all resident.
+    share = weight_read_share(trace, pd.Index(ops["name"]).get_indexer(rows["op"].astype(str)),
+                              rows["batch"].to_numpy(dtype=np.float64))
+    if share is not None:
+        rows = rows.assign(weight_bytes=rows["weight_bytes"].to_numpy(dtype=np.float64) / share)
     rows = rows.assign(**{k: rows[k].astype(str) for k in keys})
     prunable = rows.groupby(keys, sort=False)["weight_bytes"].sum().reset_index()
     left = designs[keys].astype(str).reset_index(drop=True)
@@ -153,6 +170,31 @@ def memory_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
     out.loc[~known, "largest_batch_that_fits"] = pd.NA
     out["fits_on_chip"] = pd.array(onchip <= np.nan_to_num(l2, nan=np.inf), dtype="boolean")
     out.loc[np.isnan(l2) & (onchip > 0), "fits_on_chip"] = pd.NA
+    return out
+
+
+def unread_weight_bytes(designs: pd.DataFrame, trace: Trace,
+                        numerics: Numerics = DEFAULT_NUMERICS) -> np.ndarray:
+    """Per row of ``designs`` (``evaluate``'s rows of ``trace``: ``format``, ``batch``,
+    ``hw_fallback``), the bytes of resident weights its step does not read: an MoE layer's
+    experts that its tokens leave untouched (in expectation), stored as the kernel that runs
+    them stores them; 0 for every other trace. A row's ``weight_bytes`` plus these are its
+    weights' storage (closed forms over many rows use it: ``dse.explore.sweep``)."""
+    batch = designs["batch"].to_numpy(dtype=np.float64)
+    out = np.zeros(len(designs))
+    if weight_read_share(trace, slice(None), batch[:1]) is None or not len(designs):
+        return out
+    names = designs["format"].astype(str).to_numpy(dtype=object)
+    fmts = stack_formats([parse_format(n) for n in pd.unique(names)])
+    arrays = kernel_arrays(price(trace, fmts, numerics), "all")
+    f = pd.Index([x.name for x in fmts]).get_indexer(names)
+    kernel = (designs["hw_fallback"].astype(str).map({"": KERNEL_OWN, "dense": KERNEL_DENSE,
+                                                       "csr": KERNEL_CSR})
+              .to_numpy(dtype=np.int64))
+    for b in pd.unique(batch):
+        unread = arrays.weight_bytes @ (1.0 - weight_read_share(trace, arrays.ops, b))  # (3, F)
+        rows = batch == b
+        out[rows] = unread[kernel[rows], f[rows]]
     return out
 
 

@@ -23,7 +23,8 @@ from .numerics import Numerics
 __all__ = ["KERNEL_CSR", "KERNEL_DENSE", "KERNEL_OWN", "WEIGHT_GEMM_KINDS", "KernelArrays",
            "Pricing", "RuleEdges", "cache_read_elems", "feature_bytes_rules", "format_features",
            "has_gemm_weights", "kernel_arrays", "kernel_features", "price", "read_all",
-           "rule_edges", "scope_ops", "spilled_share", "stack_formats", "weight_bytes_dense"]
+           "rule_edges", "scope_ops", "spilled_share", "stack_formats", "weight_bytes_dense",
+           "weight_read_share", "weight_sets"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,10 +75,12 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
 
     dense_flops = 2.0 * m * k * n * g
     dense_weight_bytes = weight_bytes_dense(trace, numerics)
+    # The GEMM weights stored: groups x sets (an MoE's experts) matrices of M x K.
+    gw = g * weight_sets(trace)
     # Scales of quantised weights: over the dense K, the same in every format.
-    scales = np.where(has_gemm_weights(ops), g * numerics.scale_bytes(m, k), 0.0)
+    scales = np.where(has_gemm_weights(ops), gw * numerics.scale_bytes(m, k), 0.0)
     # Parameters beyond a prunable op's GEMM weights (its bias) stay dense in every format.
-    bias_bytes = np.where(prunable, vb * (_as_float(ops, "weight_elems") - g * m * k), 0.0)
+    bias_bytes = np.where(prunable, vb * (_as_float(ops, "weight_elems") - gw * m * k), 0.0)
     shape = (len(formats), len(ops))
     flops = np.empty(shape)
     weight_bytes = np.empty(shape)
@@ -103,10 +106,10 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
         if fmt.takes_layer_density:
             density = np.where(has_layer_density, layer_density, density)
         own_flops = g * fmt.useful_flops(m, k, n, density)
-        own_bytes = (g * (fmt.value_bytes(m, k, wb, density)
-                          + fmt.index_bytes(m, k, iw, density)) + scales + bias_bytes)
-        gemm_weights = np.where(prunable, g * m * k, 0.0)
-        kept = np.where(takes, g * fmt.nnz(m, k, density), gemm_weights)
+        own_bytes = (gw * (fmt.value_bytes(m, k, wb, density)
+                           + fmt.index_bytes(m, k, iw, density)) + scales + bias_bytes)
+        gemm_weights = np.where(prunable, gw * m * k, 0.0)
+        kept = np.where(takes, gw * fmt.nnz(m, k, density), gemm_weights)
         weight_sparsity[f] = 1.0 - kept.sum() / max(gemm_weights.sum(), 1.0)
         # Rows of X never read: exactly from the checkpoint's masks where the trace records
         # them (and the format takes the checkpoint's densities), else in expectation.
@@ -121,8 +124,8 @@ def price(trace: Trace, formats: tuple[Format, ...], numerics: Numerics) -> Pric
         shape_fallback[f] = prunable & ~takes & (not isinstance(fmt, Dense))
         # Hardware fallback: the same nonzeros as CSR on the vector cores.
         as_csr = Unstructured(fmt.sparsity)
-        csr_bytes = (g * (as_csr.value_bytes(m, k, wb, density)
-                          + as_csr.index_bytes(m, k, iw, density)) + scales + bias_bytes)
+        csr_bytes = (gw * (as_csr.value_bytes(m, k, wb, density)
+                           + as_csr.index_bytes(m, k, iw, density)) + scales + bias_bytes)
         csr_weight_bytes[f] = np.where(takes, csr_bytes, dense_weight_bytes)
 
     abytes = float(numerics.value_bytes)
@@ -176,9 +179,10 @@ def weight_bytes_dense(trace: Trace, numerics: Numerics) -> np.ndarray:
     if not numerics.quantised:
         return vb * elems
     gemm = has_gemm_weights(ops)
-    quantised = np.where(gemm, np.minimum(g * m * k, elems), 0.0)
+    gw = g * weight_sets(trace)  # every expert of an MoE layer is quantised
+    quantised = np.where(gemm, np.minimum(gw * m * k, elems), 0.0)
     return (vb * (elems - quantised) + wb * quantised
-            + np.where(gemm, g * numerics.scale_bytes(m, k), 0.0))
+            + np.where(gemm, gw * numerics.scale_bytes(m, k), 0.0))
 
 
 def cache_read_elems(trace: Trace) -> np.ndarray:
@@ -189,6 +193,51 @@ def cache_read_elems(trace: Trace) -> np.ndarray:
     if not by_op:
         return np.zeros(len(trace.ops))
     return trace.ops["name"].map(by_op).fillna(0).to_numpy(dtype=np.float64)
+
+
+@lru_cache(maxsize=64)
+def _routed(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per op: its weights' sets, the sets each token reads and the tokens per sample (``sets``
+    0 where the op reads all its weights); None where no op is routed."""
+    by_op = trace.provenance.get("routed_weights_by_op") or {}
+    if not by_op:
+        return None
+    names = trace.ops["name"]
+    sets, per_token, tokens = (names.map({n: float(r[key]) for n, r in by_op.items()})
+                               .fillna(0).to_numpy(dtype=np.float64)
+                               for key in ("sets", "sets_per_token", "tokens_per_sample"))
+    return sets, per_token, tokens
+
+
+def weight_sets(trace: Trace) -> np.ndarray:
+    """``(P,)``: per op, how many copies of its ``groups x M x K`` GEMM weights it stores: an
+    MoE layer's expert linear holds one per expert (``E``; one expert's GEMM per token-expert
+    pair, so ``n`` counts the pairs), every other op 1. A format compresses, and weight-only
+    quantisation stores, each copy; the rest of ``weight_elems`` (a bias) stays dense."""
+    routed = _routed(trace)
+    if routed is None:
+        return np.ones(len(trace.ops))
+    return np.where(routed[0] > 0, routed[0], 1.0)
+
+
+def weight_read_share(trace: Trace, ops, batch) -> np.ndarray | None:
+    """The share of each op's stored weights a step of ``batch`` samples reads, for op indices
+    ``ops`` (or a slice) and batches ``batch`` (broadcast together); None where the trace reads
+    every op's weights whole (every share 1).
+
+    Below 1 only for a routed op (``workloads.llm``: an MoE layer's expert linears, listed in
+    the provenance's ``routed_weights_by_op``): its weights are ``E`` equal sets (experts) of
+    which each token reads ``k``, chosen uniformly, so a step of ``T = batch x
+    tokens_per_sample`` tokens touches ``E x (1 - (1 - k/E)^T)`` sets in expectation and reads
+    ``1 - (1 - k/E)^T`` of the op's weights, in whatever storage they have (a format's values,
+    index and scales alike). The FLOPs are the trace's: one set's GEMM per token-set pair."""
+    routed = _routed(trace)
+    if routed is None:
+        return None
+    sets, per_token, tokens = (a[ops] for a in routed)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = 1.0 - (1.0 - per_token / sets) ** (np.asarray(batch, dtype=np.float64) * tokens)
+    return np.where(sets > 0, share, 1.0)
 
 
 @dataclass(frozen=True, eq=False)

@@ -163,7 +163,8 @@ def work(trace: Trace, accelerator: Accelerator, fmt: Format, batch: int, fusion
         tensor_s=ft * s_tensor + fs * s_sparse,
         tensor_unit=(fs > 0).astype(np.int64),
         vector_s=fc * s_csr + a.vector_flops * s_vector,
-        weight_bytes=a.weight_bytes[kernel, f].copy(),
+        # The weights a step of this batch reads (an MoE's touched experts), as the roofline.
+        weight_bytes=problem.weight_bytes(a, 0)[kernel, f].copy(),
         # KV-cache reads at the KV dtype, as the roofline prices them.
         input_bytes=(vb * ops["input_elems"].to_numpy(dtype=np.float64)
                      + (numerics.kv_value_bytes - vb) * cache_read_elems(trace)) * read * b,

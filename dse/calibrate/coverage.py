@@ -1,0 +1,172 @@
+"""Which of a design's GEMMs the expectation prices from shapes its predictors were trained on,
+and which it extrapolates.
+
+The kernel predictors learn from timed kernels (``dse measure`` datasets). A GEMM whose weight
+shape (family, sparsity, M, K, groups) was timed, at an N inside the range timed for that
+shape, is *measured*; any other GEMM is *extrapolated*: the predictors price it from other
+shapes. Language-model decode is where this matters most: its GEMMs have N = batch (1-64 in
+the usual serving range), its LM head has a vocabulary-sized M, and its attention products are
+batched over the KV heads, shapes a collection of vision models never times. Issue 24 asks that
+the output say so until they are measured.
+
+Coverage is known where the predictors name the shipped datasets they were trained on
+(``provenance["dataset"]``, as ``dse calibrate --data NAME`` writes it). Predictors trained on
+other files have no known coverage: every GEMM then counts as extrapolated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .expected import op_configs
+
+__all__ = ["GEMM_FAMILIES", "Coverage", "coverage", "coverage_note", "measured_shapes",
+           "with_extrapolated_share"]
+
+#: Families of GEMM kernels in the datasets (vector ops and whole models are not GEMMs).
+GEMM_FAMILIES = ("dense", "nm", "block", "unstructured")
+_SHAPE = ["family", "sparsity", "m", "k", "groups"]
+
+
+def measured_shapes(predictors, dtype: str | None = None) -> pd.DataFrame | None:
+    """Per GEMM weight shape the predictors' datasets timed (columns ``family``, ``sparsity``,
+    ``m``, ``k``, ``groups``): ``n_min`` and ``n_max``, the smallest and largest N timed. Only
+    rows in ``dtype`` where given. None where the datasets are not shipped ones."""
+    from ..measure.dataset import DATASETS_DIR, shipped_datasets
+
+    names = [n.strip() for n in str(predictors.provenance.get("dataset") or "").split(",")
+             if n.strip()]
+    if not names or any(n not in shipped_datasets() for n in names):
+        return None
+    columns = ["family", "sparsity", "m", "k", "n", "groups", "dtype"]
+    frame = pd.concat([pd.read_parquet(DATASETS_DIR / f"{n}.parquet", columns=columns)
+                       for n in names], ignore_index=True)
+    frame = frame[frame["family"].isin(GEMM_FAMILIES) & (frame["m"] > 0)]
+    if dtype is not None:
+        frame = frame[frame["dtype"] == dtype]
+    frame = frame.astype({"family": object, "sparsity": float, "m": np.int64, "k": np.int64,
+                          "n": np.int64, "groups": np.int64})
+    frame["sparsity"] = np.where(frame["family"] == "dense", 0.0, frame["sparsity"].round(6))
+    return (frame.groupby(_SHAPE, sort=False)["n"].agg(n_min="min", n_max="max")
+            .reset_index())
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Per design (``hardware``, ``format``, ``batch``): ``gemms`` (GEMM ops with work),
+    ``extrapolated`` (those the predictors never timed at their shape and N),
+    ``expected_s`` (the expected time of all the design's GEMMs) and ``extrapolated_s`` (of
+    the extrapolated ones), in ``designs``; ``examples``: the extrapolated shapes that cost
+    the most expected time, worst first, as ``op: MxK (x groups) at N``; ``known``: False
+    where the predictors' training shapes are not known (then every GEMM counts as
+    extrapolated)."""
+
+    designs: pd.DataFrame
+    examples: list[str]
+    known: bool
+
+    @property
+    def share(self) -> pd.Series:
+        """The extrapolated share of each design's expected GEMM time."""
+        d = self.designs
+        return (d["extrapolated_s"] / d["expected_s"].where(d["expected_s"] > 0)).fillna(0.0)
+
+
+def _stem(name: str) -> str:
+    """An op's name without its layer index: ``model.layers.3.mlp.up_proj`` -> ``mlp.up_proj``."""
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[i + 1:])
+    return name
+
+
+def coverage(expected: pd.DataFrame, trace, predictors, dtype: str | None = None,
+             shapes: pd.DataFrame | None = None, examples: int = 3) -> Coverage:
+    """Which GEMMs of the designs in ``expected`` (``expected_layers`` rows of ``trace``) the
+    predictors priced from timed shapes, and which they extrapolated (see the module).
+    ``shapes``: :func:`measured_shapes` (default: the predictors' own, in ``dtype``)."""
+    known = True
+    if shapes is None:
+        shapes = measured_shapes(predictors, dtype)
+        if shapes is None:
+            known = False
+            shapes = pd.DataFrame({c: [] for c in [*_SHAPE, "n_min", "n_max"]})
+    names = set(trace.ops["name"])
+    rows = expected[expected["op"].isin(names)]
+    config = op_configs(rows, trace)
+    gemm = config["family"].isin(GEMM_FAMILIES).to_numpy() & (config["m"].to_numpy() > 0) \
+        & (rows["expected_s"].to_numpy() > 0)
+    probe = pd.DataFrame({
+        "family": config["family"].astype(object).to_numpy(),
+        "sparsity": np.where(config["family"] == "dense", 0.0,
+                             config["sparsity"].astype(float).round(6)),
+        "m": config["m"].astype(np.int64).to_numpy(), "k": config["k"].astype(np.int64).to_numpy(),
+        "groups": config["groups"].astype(np.int64).to_numpy()})
+    joined = probe.merge(shapes.astype({"family": object, "sparsity": float, "m": np.int64,
+                                        "k": np.int64, "groups": np.int64}),
+                         on=_SHAPE, how="left")
+    n = config["n"].to_numpy(dtype=np.float64)
+    timed = (joined["n_min"].to_numpy(dtype=np.float64) <= n) \
+        & (n <= joined["n_max"].to_numpy(dtype=np.float64))
+    extrapolated = gemm & ~timed
+    seconds = rows["expected_s"].to_numpy(dtype=np.float64)
+    per = pd.DataFrame({
+        "hardware": rows["hardware"].to_numpy(), "format": rows["format"].to_numpy(),
+        "batch": rows["batch"].to_numpy(), "gemms": gemm.astype(np.int64),
+        "extrapolated": extrapolated.astype(np.int64),
+        "expected_s": np.where(gemm, seconds, 0.0),
+        "extrapolated_s": np.where(extrapolated, seconds, 0.0)})
+    designs = per.groupby(["hardware", "format", "batch"], sort=False).sum().reset_index()
+    worst = pd.DataFrame({
+        "stem": [_stem(o) for o in rows["op"].to_numpy()[extrapolated]],
+        "m": probe["m"].to_numpy()[extrapolated], "k": probe["k"].to_numpy()[extrapolated],
+        "groups": probe["groups"].to_numpy()[extrapolated],
+        "n": n[extrapolated].astype(np.int64), "s": seconds[extrapolated]})
+    worst = (worst.groupby(["stem", "m", "k", "groups"], sort=False)
+             .agg(n_min=("n", "min"), n_max=("n", "max"), s=("s", "sum"))
+             .reset_index().sort_values("s", ascending=False, kind="stable"))
+    shown = []
+    for r in worst.head(examples).itertuples():
+        groups = f" x {r.groups}" if r.groups > 1 else ""
+        at = f"N={r.n_min}" if r.n_min == r.n_max else f"N={r.n_min}-{r.n_max}"
+        shown.append(f"{r.stem}: {r.m}x{r.k}{groups} at {at}")
+    return Coverage(designs, shown, known)
+
+
+def coverage_note(cov: Coverage, device: str, step: str) -> str:
+    """One line for the printed output: whether the expectation of ``step`` (a trace's name)
+    is extrapolated, how much of it, and the costliest shapes never timed on ``device``."""
+    d = cov.designs
+    if not cov.known:
+        return (f"expectation extrapolated for {step}: the shapes {device}'s predictors were "
+                "trained on are not known (not shipped datasets), so its GEMMs (decode: N = "
+                "the batch) may all lie outside them")
+    if int(d["extrapolated"].sum()) == 0:
+        return (f"expectation for {step}: every GEMM's weight shape was timed on {device} at "
+                "its N (not extrapolated)")
+    share = cov.share
+    low, high = float(share.min()), float(share.max())
+    span = f"{low:.0%}" if round(low, 2) == round(high, 2) else f"{low:.0%}-{high:.0%}"
+    counts = sorted(set(zip(d["extrapolated"], d["gemms"], strict=True)))
+    ops = (f"{counts[0][0]} of {counts[0][1]} GEMMs" if len(counts) == 1
+           else f"{min(c[0] for c in counts)}-{max(c[0] for c in counts)} of "
+                f"{max(c[1] for c in counts)} GEMMs")
+    return (f"expectation extrapolated for {step}: {ops} ({span} of the expected GEMM time) "
+            f"have a shape or N never timed on {device}, priced from other shapes: "
+            + "; ".join(cov.examples))
+
+
+def with_extrapolated_share(table: pd.DataFrame, cov: Coverage) -> pd.DataFrame:
+    """``table`` (designs of the same trace) with ``expected_extrapolated_share``: the share of
+    each design's expected GEMM time the predictors extrapolated (see :func:`coverage`)."""
+    keys = ["hardware", "format", "batch"]
+    share = cov.designs[keys].assign(expected_extrapolated_share=cov.share.to_numpy())
+    label = pd.DataFrame({k: table[k].astype(object).to_numpy() for k in keys})
+    merged = label.merge(share.astype({"hardware": object, "format": object}), on=keys,
+                         how="left")
+    return table.assign(expected_extrapolated_share=merged["expected_extrapolated_share"]
+                        .to_numpy(dtype=np.float64))
