@@ -7,6 +7,8 @@ predictors, the calibrated expectation beside it, as the command line prints the
   ``calibrated`` each op's expectation beside its bound;
 * :func:`expected_ops`: every op of every design priced by kernel predictors, the rows the
   expectation sums;
+* :func:`expectation_coverage`: for a language model, which of those GEMMs the predictors
+  extrapolate (the "expectation extrapolated" line);
 * :func:`simulate`: one design through the event-level simulator (``dse simulate``), with
   ``calibrated`` each op at its predicted kernel time (``dse simulate --calibrated``);
 * :func:`dse.comparison.compare`: accelerators side by side (``dse compare``).
@@ -25,6 +27,7 @@ from formats import Format
 from formats import parse as parse_format
 from workloads import Trace, load_trace
 
+from .calibrate.coverage import Coverage, coverage
 from .calibrate.expected import expected_designs, expected_layers, op_configs
 from .calibrate.predictor import DevicePredictors, load_predictors
 from .roofline import DEFAULT_NUMERICS, EvaluationError, Numerics
@@ -33,8 +36,8 @@ from .roofline import evaluate_layers as evaluate_layers_bound
 from .sim import SimConfig, Simulation, SimulationError
 from .sim import simulate as simulate_bound
 
-__all__ = ["CalibratedSimulation", "Predictors", "evaluate", "evaluate_layers", "expected_ops",
-           "predictors", "simulate"]
+__all__ = ["CalibratedSimulation", "Predictors", "evaluate", "evaluate_layers",
+           "expectation_coverage", "expected_ops", "predictors", "simulate"]
 
 #: Kernel predictors as the calls take them: a shipped name (``"h100-sxm"``,
 #: ``"cpu-amd-epyc-2c"``), a file written by ``dse calibrate --out``, or loaded ones.
@@ -97,6 +100,29 @@ def expected_ops(
 
 #: How the expectation reads a trace (:func:`expected_ops`): as exported, or as torch runs it.
 BACKENDS = ("exported", "torch")
+
+
+def expectation_coverage(
+    trace: Trace | str,
+    hardware: Accelerator | str | Sequence[Accelerator | str],
+    formats: Format | str | Sequence[Format | str],
+    batches: int | Sequence[int],
+    calibrated: Predictors,
+    scope: str = "gemm",
+    numerics: Numerics = DEFAULT_NUMERICS,
+) -> Coverage | None:
+    """For a language-model step (a trace with a ``phase``): which of its GEMMs the
+    expectation of these designs prices from shapes the predictors were trained on and which it
+    extrapolates (:func:`dse.calibrate.coverage.coverage`, over the :func:`expected_ops` of
+    ``hardware``, ``formats`` and ``batches``); None for any other trace. Its one line for the
+    output is :func:`dse.calibrate.coverage.coverage_note`, the line ``dse evaluate``,
+    ``compare``, ``report``, ``sweep`` and ``search`` print with ``--calibrated``."""
+    trace = trace if isinstance(trace, Trace) else load_trace(trace)
+    if not trace.provenance.get("phase"):
+        return None
+    device = predictors(calibrated)
+    return coverage(expected_ops(trace, hardware, formats, batches, device, scope, numerics),
+                    trace, device, numerics.dtype)
 
 
 def evaluate(

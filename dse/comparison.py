@@ -62,8 +62,9 @@ class Comparison:
     @property
     def unpriced_energy(self) -> list[str]:
         """What an accelerator's spec has no energy figure for: there the energy is a lower
-        bound."""
-        return sorted({g.strip() for gaps in self.designs["energy_unpriced"]
+        bound (an accelerator with no energy figure at all has NaN energy, not a bound)."""
+        known = self.designs[self.designs["energy_j"].notna()]
+        return sorted({g.strip() for gaps in known["energy_unpriced"]
                        for g in str(gaps).split(";") if g.strip()})
 
 

@@ -31,6 +31,10 @@ from .roofline import (
     memory_frame,
 )
 
+# The number types a result was priced in: defined beside Numerics, so that the engines below
+# this facade (dse.explore's sweep) add them too; re-exported here with the other columns.
+from .roofline.numerics import DTYPE_COLUMNS, with_dtype_columns
+
 __all__ = ["DTYPE_COLUMNS", "accelerators", "language_model_columns", "with_dtype_columns",
            "with_energy_and_memory", "with_language_model_columns"]
 
@@ -39,29 +43,6 @@ def accelerators(hardware: Accelerator | str | Sequence[Accelerator | str]) -> l
     """Every accelerator ``hardware`` names, loaded (catalog names and spec files)."""
     items = [hardware] if isinstance(hardware, Accelerator | str) else list(hardware)
     return [h if isinstance(h, Accelerator) else accelerator_models.load(h) for h in items]
-
-
-#: The columns :func:`with_dtype_columns` adds: the number types a result was priced in.
-DTYPE_COLUMNS = ("dtype", "vector_dtype", "csr_dtype", "index_bytes", "weight_dtype", "kv_dtype")
-
-
-def with_dtype_columns(table: pd.DataFrame, numerics: Numerics = DEFAULT_NUMERICS,
-                       language: bool | Sequence[bool] = False) -> pd.DataFrame:
-    """``table`` with the number types its rows were priced in, last, as the ``--out`` files of
-    ``dse evaluate``, ``simulate`` and ``compare`` carry them: ``dtype``, ``vector_dtype``,
-    ``csr_dtype``, ``index_bytes``, ``weight_dtype`` (how the weights are stored: ``fp16``,
-    ``int4 (group 128)``, ``fp8 (per channel)``) and, for the rows of a language model
-    (``language``: one flag, or one per row), ``kv_dtype`` (empty on the other rows; absent
-    where no row has a KV cache)."""
-    out = table.assign(dtype=numerics.dtype, vector_dtype=numerics.vector_dtype,
-                       csr_dtype=numerics.csr_dtype, index_bytes=numerics.index_width_bytes,
-                       weight_dtype=numerics.weight_label)
-    rows = [language] * len(out) if isinstance(language, bool) else list(language)
-    if any(rows):
-        kv = numerics.kv_dtype or numerics.dtype
-        out["kv_dtype"] = [kv if r else None for r in rows]
-    last = [c for c in DTYPE_COLUMNS if c in out]  # together, at the end
-    return out[[c for c in out if c not in last] + last]
 
 
 def with_energy_and_memory(table: pd.DataFrame, trace: Trace | str,
@@ -101,7 +82,8 @@ def language_model_columns(table: pd.DataFrame, trace: Trace, value_bytes: float
     Where ``table`` is calibrated (``expected_latency_s``), the expectation's
     ``expected_tokens_per_s``, ``expected_time_per_token_s`` and ``expected_ttft_s`` too.
 
-    The memory columns (``peak_memory_bytes``, ``fits``, ``largest_batch_that_fits``) are redone
+    The memory columns (``peak_memory_bytes``, ``fits``, ``largest_batch_that_fits``, also
+    as ``max_batch``) are redone
     with what the trace cannot hold: the KV cache is resident beside the weights and
     activations, and so is an untied embedding table, which a step does not read (the lookup
     reads rows) and the trace's weights therefore leave out."""
@@ -142,4 +124,5 @@ def language_model_columns(table: pd.DataFrame, trace: Trace, value_bytes: float
     out["largest_batch_that_fits"] = pd.array(np.where(known, largest, 0).astype(np.int64),
                                               dtype="Int64")
     out.loc[~known, "largest_batch_that_fits"] = pd.NA
+    out["max_batch"] = out["largest_batch_that_fits"]  # issue 24's name for it
     return out

@@ -24,10 +24,15 @@ from dse.api import Predictors, evaluate, expected_ops, predictors
 from dse.calibrate.expected import expected_designs
 from dse.calibrate.predictor import CalibrationError, DevicePredictors
 from dse.comparison import Comparison
-from dse.design_columns import accelerators, with_energy_and_memory, with_language_model_columns
+from dse.design_columns import (
+    accelerators,
+    with_dtype_columns,
+    with_energy_and_memory,
+    with_language_model_columns,
+)
 from dse.measure.dataset import concat, load_dataset
 from dse.measure.errors import DatasetError
-from dse.roofline import DEFAULT_NUMERICS, Numerics, evaluate_layers
+from dse.roofline import DEFAULT_NUMERICS, NO_ENERGY_FIGURES, Numerics, evaluate_layers
 from formats import Format
 from workloads import Trace, load_trace
 
@@ -139,10 +144,17 @@ def design_report(
             exp = expected_ops(t, accs, format_list, batch_list, device, scope, numerics)
             frame = expected_designs(frame, exp)
             expected.append(exp)
+        if t.provenance.get("phase"):  # a language model: tokens/s, KV cache, memory fit
+            frame = with_language_model_columns(
+                with_energy_and_memory(frame, t, accs, format_list, batch_list, [fusion], scope,
+                                       numerics), t, numerics)
         frames.append(frame)
     decode = _decode_sections(traces, accs, format_list, batch_list, fusion, scope, numerics,
                               frames)
     evaluated = pd.concat(frames, ignore_index=True)
+    # The number types every row was priced in, as dse evaluate's and dse compare's files.
+    evaluated = with_dtype_columns(evaluated, numerics, evaluated["phase"].notna().tolist()
+                                   if "phase" in evaluated else False)
     ops = pd.concat(expected, ignore_index=True) if expected else None
     sections, drawn = [], None
     for hw in accs:
@@ -182,13 +194,21 @@ def comparison_report(comparison: Comparison) -> DesignReport:
             f"Latency and speedup by accelerator{several}{beside}",
             hardware_comparison_chart(data), data))
     groups = frame.groupby(["model", "fusion"], sort=False)
-    for (model, fusion), rows in groups:
+    for (model, fusion), all_rows in groups:
+        # A spec without energy figures has NaN energy: left out of the chart, and said.
+        rows = all_rows[all_rows["energy_j"].notna()]
+        unknown = list(dict.fromkeys(all_rows.loc[all_rows["energy_j"].isna(), "hardware"]))
+        if rows.empty:
+            continue
         energy = energy_breakdown_data(rows)
         name = "energy" + ("" if groups.ngroups == 1 else f"-{_slug(model)}-{_slug(fusion)}")
+        notes = [ENERGY_IS_THE_BOUNDS] if device is not None else []
+        if unknown:
+            notes.append(f"Not shown: {', '.join(map(str, unknown))}, energy "
+                         f"{NO_ENERGY_FIGURES}.")
         sections.append(Section(
             name, f"Energy per inference by unit and traffic class, {model}, {fusion}",
-            energy_breakdown_chart(energy), energy,
-            note=ENERGY_IS_THE_BOUNDS if device is not None else ""))
+            energy_breakdown_chart(energy), energy, note=" ".join(notes)))
     tables, intro = [("Designs", frame)], []
     if device is not None:
         intro = calibration_text(device, comparison.expected, marked=None,
@@ -240,7 +260,7 @@ def _decode_sections(traces, accs, formats, batches, fusion, scope, numerics,
     for trace, frame in zip(traces, frames, strict=True):
         if trace.provenance.get("phase") != "decode":
             continue
-        table = with_language_model_columns(
+        table = frame if "tokens_per_s" in frame else with_language_model_columns(
             with_energy_and_memory(frame, trace, accs, formats, batches, [fusion], scope,
                                    numerics), trace, numerics)
         for hw in accs:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from accelerator_models import Accelerator
+from accelerator_models import ENERGY_FIELDS, Accelerator
 from dse.accuracy import DEFAULT_TABLE, AccuracyTable, AccuracyTableError, load_accuracy_table
 from dse.accuracy.llm_table import (
     DEFAULT_LLM_METRIC,
@@ -31,14 +31,19 @@ from dse.accuracy.llm_table import (
 from dse.calibrate.predictor import DevicePredictors, load_predictors
 from dse.explore import ROOFLINE, Block, Calibrated, Evaluator, Simulator, evaluate_grid
 from dse.roofline import DEFAULT_NUMERICS, Numerics, NumericsError
-from dse.roofline.energy import ENERGY_COLUMNS, energy_frame, evaluate_layer_frames
+from dse.roofline.energy import (
+    ENERGY_COLUMNS,
+    energy_frame,
+    evaluate_layer_frames,
+    has_energy_figures,
+)
 from dse.roofline.evaluator import label_column
 from dse.roofline.kernels import numpy_only
 from dse.roofline.memory import activation_peak, memory_frame
 from dse.sim import SimConfig
 from formats import NM
 from formats import parse as parse_format
-from workloads import Trace, TraceError, load_model
+from workloads import MAX_BATCH, Trace, TraceError, load_model
 from workloads.llm import check_priceable
 
 from .errors import SearchError, TargetError
@@ -135,7 +140,7 @@ class Problem:
         self.predictors  # noqa: B018 - a calibrated study's predictors load (or fail) here
         self._outside: dict[tuple[str, str], float] = {}
         # Language models: peak memory per (format, batch) of each trace, priced once.
-        self._llm_peaks: dict[str, dict[tuple[str, int], float]] = {}
+        self._llm_peaks: dict[str, dict[tuple[str, int], tuple[float, float]]] = {}
 
     # --- inputs --------------------------------------------------------------------------------
 
@@ -285,6 +290,17 @@ class Problem:
         return found
 
     def _check_objective(self) -> None:
+        if self.objective.needs_energy and not any(k.path in ENERGY_FIELDS
+                                                   for k in self.space.knobs):
+            # Minimizing energy over NaN (a spec with no energy figure, e.g. from dse hw
+            # probe) would rank nothing: refused before any work.
+            bare = [name for name, acc in zip(self.space.hardware, self.builder.bases,
+                                              strict=True) if not has_energy_figures(acc)]
+            if bare:
+                raise SearchError(f"{self.objective.text}: hardware {', '.join(bare)} has no "
+                                  "energy figures (dram_pj_per_byte, tensor_pj_per_flop, ...), "
+                                  "so its energy is unknown; add them to the spec or rank by "
+                                  "another objective")
         if self.objective.kind != "cost" or self.objective.per_row:
             return
         knob = next((k for k in self.space.knobs if k.path == self.objective.field), None)
@@ -365,14 +381,30 @@ class Problem:
                                              [self.space.fusion], self.space.scope,
                                              self.numerics)
             designs = with_language_model_columns(designs, trace, self.numerics)
-            self._llm_peaks[trace.model] = {(str(f), int(b)): float(m) for f, b, m in zip(
-                designs["format"], designs["batch"], designs["peak_memory_bytes"], strict=True)}
+            # Per design: the peak memory and its resident weights (the rest is per request).
+            self._llm_peaks[trace.model] = {(str(f), int(b)): (float(m), float(w)) for f, b, m, w
+                                            in zip(designs["format"], designs["batch"],
+                                                   designs["peak_memory_bytes"],
+                                                   designs["weight_storage_bytes"], strict=True)}
         peaks = self._llm_peaks[trace.model]
-        peak = np.array([peaks[(str(f), int(b))] for f, b in zip(frame["format"], frame["batch"],
-                                                                 strict=True)])
+        peak, weights = np.array([peaks[(str(f), int(b))] for f, b in zip(
+            frame["format"], frame["batch"], strict=True)]).reshape(-1, 2).T
         capacity = np.array([np.nan if a.dram_capacity_bytes is None else a.dram_capacity_bytes
                              for a in accelerators])[local]
         known = ~np.isnan(capacity)
+        per_request = (peak - weights) / frame["batch"].to_numpy(dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            largest = np.clip(np.floor((capacity - weights) / per_request), 0, MAX_BATCH)
+        p = trace.provenance
+        kvb = float(self.numerics.kv_value_bytes)
+        frame["kv_bytes_per_token"] = p["kv_elems_per_token"] * kvb
+        frame["kv_cache_bytes"] = frame["batch"].to_numpy(dtype=np.float64) \
+            * p["kv_cache_elems"] * kvb
+        frame["params"] = p["params"]
+        frame["largest_batch_that_fits"] = pd.array(np.where(known, largest, 0).astype(np.int64),
+                                                    dtype="Int64")
+        frame.loc[~known, "largest_batch_that_fits"] = pd.NA
+        frame["max_batch"] = frame["largest_batch_that_fits"]
         decode = trace.provenance["phase"] == "decode"
         latency = frame["latency_s"].to_numpy(dtype=np.float64)
         nothing = np.full(len(frame), np.nan)

@@ -1,6 +1,6 @@
 """Search spaces: the models, batch sizes, formats and hardware a search ranges over, from TOML.
 
-A space file (the built-in default is ``search/spaces/default.toml``, Bob's question)::
+A space file (the built-in default is ``search/spaces/default.toml``, the target search)::
 
     name = "nm-over-2:4"
     models = ["convnext_tiny", "swin_tiny"]    # shipped trace names or trace .json paths
@@ -595,6 +595,11 @@ class HardwareBuilder:
         self._built: dict[tuple[int, tuple[Any, ...]], Accelerator] = {}
         # Check the bases build with the fixed overrides, naming the space on failure.
         self._bases = [self._build(i, {}) for i in range(len(self.flats))]
+
+    @property
+    def bases(self) -> tuple[Accelerator, ...]:
+        """The space's base accelerators with its ``[hardware.set]`` applied, in order."""
+        return tuple(self._bases)
 
     def _value(self, field: str, value: Any, nm_patterns: Sequence[str]) -> Any:
         if field == "sparse_tensor.patterns" and value == CANDIDATES:

@@ -40,7 +40,14 @@ from . import optuna_engine as opt
 from .errors import SearchError, SearchInterrupted, StorageError
 from .problem import Problem, Settings
 from .scoring import rank
-from .space import DEFAULT_SPACE, LLM_SPACE, OVERRIDABLE, load_space
+from .space import (
+    DEFAULT_SPACE,
+    LLM_SPACE,
+    OVERRIDABLE,
+    SearchSpace,
+    load_space,
+    with_overrides,
+)
 from .storage import LEASE_S, Storage, has_password, open_storage, redact, sqlite_url, worker_id
 from .target import DEFAULT_MAX_ACC_DROP
 
@@ -118,6 +125,13 @@ class SearchOutcome:
     seconds: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
     problem: Problem | None = None
+    #: A calibrated search of language models: per model, the one line saying which of its
+    #: GEMMs the expectation extrapolates (:func:`expectation_extrapolated`), as ``dse
+    #: evaluate --calibrated`` prints it; empty otherwise.
+    extrapolated: dict[str, str] = field(default_factory=dict)
+    #: The same per model for ``summary.json``: the note, whether the training shapes are
+    #: known, and the least and most extrapolated share of a design's expected GEMM time.
+    extrapolated_shares: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 #: ``progress(done, total, unit)``: chunks or trials of the study stored so far.
@@ -281,21 +295,52 @@ def _check_resume_options(request: SearchRequest, stored: Settings, study: str) 
 
 # --- running ----------------------------------------------------------------------------------
 
-def _study_name(request: SearchRequest) -> str:
+def _study_name(request: SearchRequest, space: SearchSpace | None = None) -> str:
+    """``--study``, else a name that says what was asked: the target and the objective
+    (:func:`_asked`), the models, the hardware and, calibrated, the predictors, then the time,
+    e.g.
+    ``1.3x_over_2-4-convnext_tiny+swin_tiny-a100-20261126-093000``. Never the space file's
+    name: the built-in space's ``nm-over-2-4`` names a question that a Pareto, an energy or an
+    H100 study does not ask (the space is in summary.json). ``space``: the space searched, with
+    the command line's overrides (loaded here when not given)."""
     if request.study is not None:
         name = request.study
     else:
-        space_name = load_space(_space_path(request))[0].name
+        if space is None:
+            space = with_overrides(load_space(_space_path(request))[0], request.overrides)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
-        # The question asked, then the space it ranged over: a Pareto study of the built-in
-        # space is no "nm-over-2:4" study.
-        asked = (f"{request.objective}-" if request.objective not in (None, "speedup")
-                 else "")
-        name = f"{asked}{re.sub(r'[^A-Za-z0-9._-]+', '-', space_name)}-{stamp}"
+        parts = [_asked(request), _few(space.models, "models"),
+                 _few([_stem(h) for h in space.hardware], "accelerators")]
+        if request.calibrated:
+            parts.append(f"calibrated-{_stem(request.calibrated)}")
+        words = re.sub(r"[^A-Za-z0-9._+-]+", "-", "-".join(parts)).strip("-.")
+        name = f"{words[:200 - len(stamp) - 1].rstrip('-.')}-{stamp}"
     if not _NAME.match(name):
         raise SearchError(f"--study {name!r}: use letters, digits and . _ : + - (at most 200, "
                           "starting with a letter or digit)")
     return name
+
+
+def _asked(request: SearchRequest) -> str:
+    """The question, in a word or two: the target, then what ranks the designs when it is not
+    the speedup (``least-FIELD``, ``pareto``, ...); ``speedup`` when nothing else was asked."""
+    asked = [] if request.target is None else [request.target]
+    if request.minimize is not None:
+        asked.append(f"least-{request.minimize}")
+    elif request.objective not in (None, "speedup") or not asked:
+        asked.append(request.objective or "speedup")
+    return "-".join(asked)
+
+
+def _few(names, what: str) -> str:
+    """One or two names joined by ``+``; more as a count (a name stays short)."""
+    names = list(names)
+    return "+".join(map(str, names)) if len(names) <= 2 else f"{len(names)}-{what}"
+
+
+def _stem(name: str) -> str:
+    """A catalog name as given; a spec or predictor file by its file name without suffix."""
+    return Path(name).stem if name.endswith((".toml", ".json")) else name
 
 
 def _out_dir(request: SearchRequest, study: str) -> Path:
@@ -506,7 +551,7 @@ def _run_search(request: SearchRequest, notify: Notify, progress: Progress) -> S
         problem = Problem(settings)  # validates every input before anything is written
         settings = _resolve_engine(settings, problem)
         problem.settings = settings
-        study = _study_name(request)
+        study = _study_name(request, problem.space)
         out = _out_dir(request, study)
         created = _prepare_out(out)
         fresh_db = request.storage is None and not (out / "study.db").exists()
@@ -564,6 +609,7 @@ def _run_search(request: SearchRequest, notify: Notify, progress: Progress) -> S
         with files:
             outcome = collect(problem, storage, study, out, request)
             outcome.seconds = time.perf_counter() - started
+            expectation_extrapolated(outcome)
             _write_summary(outcome, request)
     except KeyboardInterrupt:
         if files.committed:
@@ -805,6 +851,37 @@ def _meanwhile(task: Callable[[], None]) -> Iterator[None]:
         raise failed[0]
 
 
+def expectation_extrapolated(outcome: SearchOutcome) -> None:
+    """Fill ``outcome.extrapolated`` and ``extrapolated_shares`` for a calibrated search of
+    language models (issue 24): per model, which of its GEMMs the kernel predictors price from
+    shapes never timed (:func:`dse.api.expectation_coverage` over the space's formats and
+    batches on its base hardware with ``[hardware.set]``; a knob does not change which GEMMs,
+    only their times)."""
+    problem = outcome.problem
+    if problem is None or problem.predictors is None or not problem.language:
+        return
+    from dse.api import expectation_coverage
+    from dse.calibrate.coverage import coverage_note
+
+    predictors = problem.predictors
+    for trace in problem.traces:
+        cov = expectation_coverage(trace, list(problem.builder.bases), list(problem.evaluated),
+                                   list(problem.space.batches), predictors,
+                                   problem.space.scope, problem.numerics)
+        if cov is None:
+            continue
+        note = coverage_note(cov, predictors.name, trace.model)
+        share = cov.share
+        outcome.extrapolated[trace.model] = note
+        outcome.extrapolated_shares[trace.model] = {
+            "note": note, "shapes_known": cov.known,
+            "extrapolated_gemms_min": int(cov.designs["extrapolated"].min()),
+            "extrapolated_gemms_max": int(cov.designs["extrapolated"].max()),
+            "gemms": int(cov.designs["gemms"].max()),
+            "share_min": round(float(share.min()), 6),
+            "share_max": round(float(share.max()), 6)}
+
+
 def _write_summary(outcome: SearchOutcome, request: SearchRequest) -> None:
     import json
 
@@ -832,6 +909,12 @@ def _write_summary(outcome: SearchOutcome, request: SearchRequest) -> None:
         "scope": problem.space.scope,
         "batches": list(problem.space.batches),
         "dtype": problem.numerics.dtype, "vector_dtype": problem.numerics.vector_dtype,
+        # The rest of the number types, as dse sweep's and dse evaluate's files carry them.
+        "csr_dtype": problem.numerics.csr_dtype,
+        "index_bytes": problem.numerics.index_width_bytes,
+        "weight_dtype": problem.numerics.weight_label,
+        **({"kv_dtype": problem.numerics.kv_dtype or problem.numerics.dtype}
+           if problem.language else {}),
         "target": s.target,
         "max_acc_drop": s.max_acc_drop if s.target else None,
         "objective": problem.objective.text,
@@ -861,6 +944,8 @@ def _write_summary(outcome: SearchOutcome, request: SearchRequest) -> None:
         summary["calibrated"] = s.extra["calibrated"]
         summary["best_by_bound"] = [{k: _plain(v) for k, v in row.items()}
                                     for row in by_bound[shown].to_dict(orient="records")]
+        if outcome.extrapolated_shares:  # language models: GEMMs never timed (issue 24)
+            summary["expectation_extrapolated"] = outcome.extrapolated_shares
     path = outcome.out / "summary.json"
     text = json.dumps(summary, indent=1, allow_nan=False, default=str) + "\n"
     write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))

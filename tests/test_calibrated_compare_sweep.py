@@ -71,7 +71,8 @@ def test_compare_calibrated_equals_evaluate_calibrated(tmp_path, capsys, predict
         "carried over").any()
     # The printed table: the expectation beside the bound, named and said not to be a bound.
     lines = printed.splitlines()
-    assert lines[0] == "priced at fp16 (vector ops fp16), scope gemm"  # what it assumed
+    assert lines[0] == ("hardware: h100-sxm, a100-40gb at fp16 (vector ops fp16); batch 1; "
+                        "fusion unfused, scope gemm")  # what it assumed
     head = lines[1].split()
     assert head[head.index("speedup") + 1:head.index("speedup") + 5] == [
         "expected", "exp.", "speedup", "frac"]

@@ -481,6 +481,16 @@ def test_readme_is_short_and_plain():
         assert not words, f"{page.relative_to(ROOT)}: {words}"
 
 
+def test_shipped_spaces_and_examples_are_plain():
+    """The files a newcomer is told to copy (the built-in spaces, the examples) use no words
+    only the authors know either."""
+    files = [*(ROOT / "search" / "spaces").glob("*.toml"), *(ROOT / "examples").glob("*.toml")]
+    assert files
+    for path in files:
+        words = INSIDER.findall(path.read_text(encoding="utf-8"))
+        assert not words, f"{path.relative_to(ROOT)}: {words}"
+
+
 def test_readme_keeps_the_two_setup_commands_for_ci():
     """.ci/run reads the two commands from the set-up section; both leave `dse` usable."""
     text = README.read_text(encoding="utf-8")

@@ -321,10 +321,13 @@ def test_local_workers_share_a_sqlite_study(tmp_path):
     pd.testing.assert_frame_equal(result_key(results), result_key(single.results))
 
 
-def test_a_default_study_name_says_the_question_then_the_space():
+def test_a_default_study_name_says_the_question_not_the_space_file():
+    """The built-in space is named nm-over-2-4; a Pareto study of it asks no such question
+    (issue 25). More cases in tests/test_newcomer_round3.py."""
     from search.study import SearchRequest, _study_name
 
-    assert _study_name(SearchRequest(objective="pareto")).startswith("pareto-nm-over-2-4-")
-    assert _study_name(SearchRequest(objective="energy")).startswith("energy-nm-over-2-4-")
-    assert _study_name(SearchRequest()).startswith("nm-over-2-4-")
-    assert _study_name(SearchRequest(objective="speedup")).startswith("nm-over-2-4-")
+    built_in = "convnext_tiny+swin_tiny-a100-"
+    assert _study_name(SearchRequest(objective="pareto")).startswith(f"pareto-{built_in}")
+    assert _study_name(SearchRequest(objective="energy")).startswith(f"energy-{built_in}")
+    assert _study_name(SearchRequest()).startswith(f"speedup-{built_in}")
+    assert "nm-over" not in _study_name(SearchRequest(objective="pareto"))

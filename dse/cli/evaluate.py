@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from typing import TYPE_CHECKING
 
 from formats import GRAMMAR_HELP
@@ -65,6 +64,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..api import evaluate_layers
+    from ..calibrate.coverage import coverage, coverage_note, with_extrapolated_share
     from ..calibrate.expected import expected_designs
     from ..design_columns import with_language_model_columns
     from ..output import write_table
@@ -81,9 +81,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     frames = []
     for trace in d.traces:
         expected = None if predictors is None else expected_ops(trace, d, predictors, backend)
+        # A language model's expectation: which GEMMs the predictors never timed (issue 24).
+        covered = None if expected is None or not trace.provenance.get("phase") else \
+            coverage(expected, trace, predictors, d.numerics.dtype)
         if args.per_layer:
             table = evaluate_layers(trace, d.hardware, d.formats, d.batches, fusion=d.fusions,
                                     scope=d.scope, numerics=d.numerics, calibrated=predictors)
+            # The dtypes, as the design table's heading says them (the rest are columns).
+            print(f"model {trace.model}, scope {d.scope}, {dtypes_text(d.numerics)}: "
+                  "speed-of-light time per layer (roofline)")
             print(_layer_table(table))
         else:
             table = evaluate(trace, d.hardware, d.formats, d.batches, fusion=d.fusions,
@@ -94,12 +100,16 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             language = bool(trace.provenance.get("phase"))
             if language:
                 table = with_language_model_columns(table, trace, d.numerics)
+            if covered is not None:
+                table = with_extrapolated_share(table, covered)
             print(_design_table(table, trace, d.numerics))
             print(_energy_table(table))
             if language:
                 print(_language_model_table(table, trace))
         if expected is not None:
             print(calibration_note(expected, predictors))
+            if covered is not None:
+                print(coverage_note(covered, predictors.name, trace.model))
             if args.backend is None and torch_runs_otherwise(trace):
                 print(TORCH_NOTE)
         # The file says which number types it priced, as the first printed line does.
@@ -170,7 +180,38 @@ def _language_model_table(table: pd.DataFrame, trace) -> str:
                   f"{table['kv_dtype'].iloc[0]}")
     return (f"language model {p['config']}, {what}; {p['params']:,} parameters, "
             f"{int(table['kv_bytes_per_token'].iloc[0]):,} KV-cache bytes per token{stored}:\n"
-            + shown.to_string(index=False))
+            + shown.to_string(index=False)
+            + "".join("\n" + line for line in unfit_at_batch_1(table)))
+
+
+def unfit_at_batch_1(table: pd.DataFrame) -> list[str]:
+    """One line per language model and device that some design cannot hold even at batch 1
+    (``largest_batch_that_fits`` 0): its weights and one request's KV cache at the context,
+    against the device's DRAM, the formats that do fit, and the fix."""
+    import pandas as pd
+
+    if "largest_batch_that_fits" not in table or "phase" not in table:
+        return []
+    lines = []
+    rows = table[table["phase"].notna() & table["largest_batch_that_fits"].notna()]
+    for (model, hardware), group in rows.groupby(["model", "hardware"], sort=False):
+        unfit = group[group["largest_batch_that_fits"] == 0].drop_duplicates("format")
+        if unfit.empty:
+            continue
+        r = unfit.iloc[0]
+        request = (r["peak_memory_bytes"] - r["weight_storage_bytes"]) / r["batch"]
+        fit = [str(f) for f in pd.unique(group.loc[group["largest_batch_that_fits"] > 0,
+                                                   "format"])]
+        formats = ", ".join(str(f) for f in unfit["format"])
+        lines.append(
+            f"{str(model).rsplit('.', 2)[0]} does not fit {hardware} at batch 1 in {formats}: "
+            f"{r['weight_storage_bytes'] / 1e9:.3g} GB of weights and "
+            f"{request / 1e9:.3g} GB for one request (KV cache at context {int(r['context']):,} "
+            f"and activations) against {r['dram_capacity_bytes'] / 2**30:.3g} GiB of DRAM"
+            + (f" ({', '.join(fit)} fit{'s' if len(fit) == 1 else ''})" if fit else "")
+            + "; give a narrower --weight-dtype (int8, fp8, int4), a sparse --format or a "
+              "device with more DRAM")
+    return lines
 
 
 def _energy_table(table: pd.DataFrame) -> str:
@@ -178,7 +219,7 @@ def _energy_table(table: pd.DataFrame) -> str:
     import pandas as pd
 
     from ..output import format_seconds
-    from .tables import missing
+    from .tables import energy_cell, energy_notes, missing
 
     def fits(value) -> str:
         return missing() if pd.isna(value) else ("yes" if value else "NO")
@@ -186,9 +227,9 @@ def _energy_table(table: pd.DataFrame) -> str:
     shown = pd.DataFrame({
         "hardware": table["hardware"], "format": table["format"], "batch": table["batch"],
         "fusion": table["fusion"],
-        "energy/inference (mJ)": [missing() if pd.isna(v) else f"{v * 1e3:.4g}"
+        "energy/inference (mJ)": [energy_cell(v * 1e3, "{:.4g}")
                                   for v in table["energy_per_inference_j"]],
-        "avg power (W)": [missing() if pd.isna(v) else f"{v:.0f}" for v in table["avg_power_w"]],
+        "avg power (W)": [energy_cell(v, "{:.0f}") for v in table["avg_power_w"]],
         "power cap": [f"active: {format_seconds(c)}" if capped else "-"
                       for capped, c in zip(table["power_capped"], table["capped_latency_s"],
                                            strict=True)],
@@ -197,10 +238,7 @@ def _energy_table(table: pd.DataFrame) -> str:
         "largest batch that fits": [missing() if pd.isna(v) else f"{int(v):,}"
                                     for v in table["largest_batch_that_fits"]],
     })
-    unpriced = sorted({g.strip() for gaps in table.get("energy_unpriced", [])
-                       for g in re.split(r"[;,] ", str(gaps)) if g.strip() not in ("", "nan")})
-    note = ("\nenergy leaves out what the spec has no figure for (a lower bound there): "
-            + ", ".join(unpriced)) if unpriced else ""
+    note = "".join("\n" + line for line in energy_notes(table))
     return ("energy per inference (dynamic by unit and traffic, plus static power x latency), "
             "average power, power cap (latency when the board limit binds), memory:\n"
             + shown.to_string(index=False) + note)

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..measure.budget import MAX_BUDGET_S, duration_text, parse_duration
 from .names import (
@@ -76,6 +76,7 @@ __all__ = [
     "number",
     "numerics_from_args",
     "assumed_dtypes",
+    "assumptions_line",
     "dtypes_text",
     "with_dtype_columns",
     "path_value",
@@ -83,6 +84,7 @@ __all__ = [
     "predictors_from_args",
     "refuse_unused_sim_options",
     "seed",
+    "set_overrides",
     "sim_config_from_args",
     "nonempty_text",
 ]
@@ -272,6 +274,22 @@ LAUNCH_RULE = "a finite number of seconds >= 0 and <= 1 (0 = no launch cost)"
 # --- design ---------------------------------------------------------------------------------------
 
 
+class Once(argparse.Action):
+    """An option of one value (``--phase``, ``--context``, ``--dtype``, ...): given again with
+    another value it is refused, where argparse would keep the last and drop the first without
+    a word (``--phase decode --context 128 --phase prefill --context 64`` evaluated only the
+    prefill). The same value again is harmless. A first value equal to the default cannot be
+    told from no value."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest, None)
+        if before is not None and before != self.default and before != values:
+            raise argparse.ArgumentError(
+                self, f"given twice ({before} and {values}): it takes one value a run; keep "
+                      "one, or run dse once for each")
+        setattr(namespace, self.dest, values)
+
+
 @dataclass(frozen=True)
 class Default:
     """What an optional design option stands for when not given, and how its help says it."""
@@ -306,10 +324,10 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
                    help="shipped trace name or alias (`dse workloads list`) or a trace .json; "
                         "or a language model, shipped or a config.json, with --phase and "
                         "--context" + said(models))
-    g.add_argument("--phase", choices=PHASES,
+    g.add_argument("--phase", choices=PHASES, action=Once,
                    help="language models (dse workloads list): prefill (--context prompt "
                         "tokens per request) or decode (one new token per request)")
-    g.add_argument("--context", type=positive_int, metavar="TOKENS",
+    g.add_argument("--context", type=positive_int, metavar="TOKENS", action=Once,
                    help="language models: prompt tokens (prefill) or the context length the "
                         "new token attends to (decode)")
     g.add_argument("--hw", dest="hardware", action="append", required=hardware is None,
@@ -330,7 +348,7 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
                        metavar="{" + ",".join(fusion_models()) + "}",
                        help="fusion model (default unfused); rules:NAME fuses only the op-kind "
                             "pairs a shipped rule table lists (`dse fusion-rules`)")
-        g.add_argument("--scope", choices=SCOPES,
+        g.add_argument("--scope", choices=SCOPES, action=Once,
                        help="gemm: prunable weight GEMMs only; all: every op (default gemm; "
                             "all for language models, whose attention reads the KV cache)")
     if numerics:
@@ -355,29 +373,32 @@ def add_numerics_options(p: argparse.ArgumentParser, quantisation: bool = False)
     """``--dtype --vector-dtype --csr-dtype --index-bytes``; with ``quantisation``, also
     ``--weight-dtype --weight-group-size --kv-dtype``."""
     g = p.add_argument_group("numerics")
-    g.add_argument("--dtype", default=None, type=nonempty_text("a dtype, e.g. fp16"),
+    g.add_argument("--dtype", default=None, type=nonempty_text("a dtype, e.g. fp16"), action=Once,
                    help="tensor-core dtype; values and features are stored in it (default "
                         "fp16, or where a spec has no fp16 rate, such as a probed CPU, the "
                         "first of bf16 and tf32 it has, said in the output)")
     g.add_argument("--vector-dtype", default=None, type=nonempty_text("a dtype, e.g. fp16"),
+                   action=Once,
                    help="dtype of elementwise ops on the vector cores (default fp16, or fp32 "
                         "where a spec has no fp16 vector rate)")
     g.add_argument("--csr-dtype", default="fp32", type=nonempty_text("a dtype, e.g. fp32"),
+                   action=Once,
                    help="dtype of CSR kernels on the vector cores (default fp32: sparse "
                         "libraries accumulate in FP32)")
-    g.add_argument("--index-bytes", type=integer(1, 8, "1, 2, 4 or 8"), default=4,
+    g.add_argument("--index-bytes", type=integer(1, 8, "1, 2, 4 or 8"), default=4, action=Once,
                    help="CSR/BSR index width in bytes (default 4)")
     if not quantisation:
         return
-    g.add_argument("--weight-dtype", choices=WEIGHT_DTYPES,
+    g.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, action=Once,
                    help="weight-only quantisation of the linear layers' weights (the LM head "
                         "included): values in this dtype plus fp16 scales (int4: one per group "
                         "of --weight-group-size along K; int8, fp8: one per output channel); "
                         "activations, the KV cache and FLOPs stay in --dtype (default: --dtype)")
     g.add_argument("--weight-group-size", type=integer(1, MAX_WEIGHT_GROUP), metavar="G",
+                   action=Once,
                    help="quantisation group along K: one fp16 scale per G weights of a row "
                         f"(default {DEFAULT_INT4_GROUP} for int4, per channel for int8 and fp8)")
-    g.add_argument("--kv-dtype", choices=DTYPES,
+    g.add_argument("--kv-dtype", choices=DTYPES, action=Once,
                    help="dtype of a language model's KV cache: its read in decode, its size "
                         "in the memory fit (default: --dtype)")
 
@@ -432,6 +453,39 @@ def assumed_dtypes(args: argparse.Namespace, numerics: Numerics) -> str:
             "(give --dtype to choose)")
 
 
+def assumptions_line(hardware: Sequence[str], numerics: Numerics, *,
+                     batches: Sequence[int] = (), fusions: Sequence[str] = (),
+                     scope: str | None = None, fixed: Sequence[tuple[str, Any]] = (),
+                     varied: Sequence[str] = ()) -> str:
+    """What a run priced, in one line, as every command prints it (the issue's "output that
+    says what it assumed"): ``hardware: a100 at fp16 (vector ops fp16); batch 1, 8; fusion
+    unfused, scope gemm; set sparse_tensor.patterns = [2:4]; varied batch``. ``fixed``: the
+    overrides applied to all of it (``(path, value)``; ``--set`` or a space's
+    ``[hardware.set]``); ``varied``: what a sweep or search varies. Parts not given are left
+    out (a search names its batches and fusion on lines of their own)."""
+    said = f"hardware: {', '.join(hardware)} at {dtypes_text(numerics)}"
+    if batches:
+        said += f"; batch {', '.join(str(b) for b in batches)}"
+    if fusions:
+        said += f"; fusion {', '.join(fusions)}" + (f", scope {scope}" if scope else "")
+    if fixed:
+        said += "; set " + ", ".join(f"{path} = {_shown(value)}" for path, value in fixed)
+    if varied:
+        said += "; varied " + ", ".join(varied)
+    return said
+
+
+def set_overrides(overrides: Sequence[str]) -> list[tuple[str, str]]:
+    """``--set FIELD=VALUE`` overrides as the ``fixed`` pairs of :func:`assumptions_line`."""
+    return [tuple(part.strip() for part in o.split("=", 1)) for o in overrides]
+
+
+def _shown(value) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return str(value)
+
+
 @dataclass(frozen=True)
 class Design:
     """The inputs the design options describe, loaded and checked."""
@@ -453,6 +507,17 @@ class Design:
     @property
     def accelerator(self) -> Accelerator:
         return self.hardware[0]
+
+    @property
+    def hardware_labels(self) -> list[str]:
+        """Each accelerator by the name its rows carry, without the ``--set`` overrides
+        (:func:`assumptions_line` names them apart), and the spec file it came from: ``a100``
+        is ``a100-40gb``, ``h.toml`` is ``host (h.toml)``."""
+        labels = []
+        for given, acc in zip(self.hardware_names, self.hardware, strict=True):
+            name = acc.name.split("[", 1)[0]
+            labels.append(f"{name} ({given})" if given.endswith(".toml") else name)
+        return labels
 
 
 def _unique(values: Sequence[str]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,15 +18,16 @@ from .options import (
     add_backend_option,
     add_design_options,
     add_evaluator_options,
+    assumptions_line,
     backend_from_args,
     check_outputs,
     design_from_args,
-    dtypes_text,
     evaluator_from_args,
     nonempty_text,
     number,
     path_value,
     predictors_from_args,
+    set_overrides,
     torch_runs_otherwise,
 )
 from .progress import StatusLine
@@ -174,12 +176,24 @@ def _cmd_report(args: argparse.Namespace) -> int:
                            scope=d.scope, numerics=d.numerics,
                            calibrated=predictors, measured=args.measured,
                            accuracy_table=table)
+    assumed = assumptions_line(d.hardware_labels, d.numerics, batches=d.batches,
+                               fusions=d.fusions[:1], scope=d.scope,
+                               fixed=set_overrides(d.overrides))
+    # The page says it first too (the Designs table carries the same as columns).
+    report = dataclasses.replace(report, intro=(assumed, *report.intro))
+    # A language model's expectation: which GEMMs the predictors never timed (issue 24).
+    extrapolated = [] if report.expected is None else \
+        _extrapolated_notes(d, report.expected, report.predictors)
+    report = dataclasses.replace(report, intro=(*report.intro, *extrapolated))
     index = report.write(args.out, command=args.command_line)
+    print(assumed)
     decode, several = len(report.decode_fits), len(report.hardware)
     print(f"wrote {index} ({len(report.sections)} charts"
           + (f", 4 for each of {several} accelerators" if several > 1 else "")
           + (f", {decode} of decode tokens/s" if decode else "") + ")")
     for line in report.decode_fits:
+        print(line)
+    for line in extrapolated:
         print(line)
     measured = report.measured
     if report.predictors is not None:
@@ -194,7 +208,7 @@ def _comparison_text(frame: pd.DataFrame) -> str:
     import pandas as pd
 
     from .evaluate import fallback_summary
-    from .tables import missing
+    from .tables import energy_cell, missing
 
     shown = pd.DataFrame({
         "model": frame["model"], "format": frame["format"], "batch": frame["batch"],
@@ -217,8 +231,9 @@ def _comparison_text(frame: pd.DataFrame) -> str:
     shown["fallbacks"] = [fallback_summary(r.shape_fallback_ops, r.hw_fallback,
                                            r.hw_fallback_ops) for r in frame.itertuples()]
     if "energy_per_inference_j" in frame:
-        shown["energy/inf"] = frame["energy_per_inference_j"].map(lambda v: f"{v * 1e3:.4g} mJ")
-        shown["avg power"] = frame["avg_power_w"].map(lambda v: f"{v:.0f} W")
+        shown["energy/inf"] = frame["energy_per_inference_j"].map(
+            lambda v: energy_cell(v * 1e3, "{:.4g} mJ"))
+        shown["avg power"] = frame["avg_power_w"].map(lambda v: energy_cell(v, "{:.0f} W"))
         shown["power cap"] = [f"active: {c * 1e3:.4f} ms" if capped else "-" for capped, c in
                               zip(frame["power_capped"], frame["capped_latency_s"], strict=True)]
     if "peak_memory_bytes" in frame:
@@ -228,13 +243,23 @@ def _comparison_text(frame: pd.DataFrame) -> str:
     return shown.to_string(index=False)
 
 
+def _extrapolated_notes(d, expected: pd.DataFrame, predictors) -> list[str]:
+    """Per language-model step, the line saying which of its GEMMs the expectation
+    extrapolates (:func:`dse.calibrate.coverage.coverage_note`)."""
+    from ..calibrate.coverage import coverage, coverage_note
+
+    return [coverage_note(coverage(expected[expected["model"] == t.model], t, predictors,
+                                   d.numerics.dtype), predictors.name, t.model)
+            for t in d.traces if t.provenance.get("phase")]
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)], folders=[("--report", args.report)])
     d = design_from_args(args)
     from ..comparison import compare
     from ..output import write_table
-    from .evaluate import check_quantisation
-    from .tables import calibration_note
+    from .evaluate import check_quantisation, unfit_at_batch_1
+    from .tables import calibration_note, energy_notes
 
     check_quantisation(args, d)
     backend = backend_from_args(args)
@@ -243,15 +268,19 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     c = compare(d.traces, d.hardware, d.formats, d.batches, fusion=d.fusions, scope=d.scope,
                 numerics=d.numerics, calibrated=predictors, backend=backend)
     frame, expected, predictors = c.frame(), c.expected, c.predictors
-    print(f"priced at {dtypes_text(d.numerics)}, scope {d.scope}")
+    print(assumptions_line(d.hardware_labels, d.numerics, batches=d.batches, fusions=d.fusions,
+                           scope=d.scope, fixed=set_overrides(d.overrides)))
     print(_comparison_text(frame))
+    for line in unfit_at_batch_1(frame):
+        print(line)
     if expected is not None:
         print(calibration_note(expected, predictors))
+        for line in _extrapolated_notes(d, expected, predictors):
+            print(line)
         if args.backend is None and any(torch_runs_otherwise(t) for t in d.traces):
             print(TORCH_NOTE)
-    if c.unpriced_energy:
-        print("energy leaves out what the spec has no figure for (a lower bound there): "
-              + ", ".join(c.unpriced_energy))
+    for line in energy_notes(c.designs):
+        print(line)
     if args.out is not None:  # with the number types it priced, as the first line says
         write_table(frame, args.out)
         print(f"wrote {len(frame)} rows to {args.out}")
@@ -265,7 +294,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     check_outputs(files=[("--out", args.out)], folders=[("--report", args.report)])
+    from ..calibrate.coverage import coverage_note
     from ..explore import Calibrated, SweepError, parse_vary, sweep
+    from ..explore.sweep import sweep_coverage
 
     varies = [parse_vary(v) for v in args.vary]
     d = design_from_args(args)  # a bad --hw, --set or --format fails before sweeping
@@ -286,22 +317,39 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     frame = sweep(d.traces, d.hardware_names, d.overrides, d.formats, varies, d.batches,
                   fusion=d.fusions, scope=d.scope, numerics=d.numerics,
                   evaluator=evaluator, progress=StatusLine("swept"))
+    # What every row assumed: in the file (the sweep's dtype columns, as dse evaluate's and
+    # dse compare's files; hardware, batch and fusion are columns already) and on the screen.
+    assumed = assumptions_line(
+        d.hardware_labels, d.numerics, fusions=d.fusions, scope=d.scope,
+        batches=() if any(v.name == "batch" for v in varies) else d.batches,
+        fixed=set_overrides(d.overrides), varied=[v.name for v in varies])
+    # A language model's expectation: which GEMMs the predictors never timed (issue 24).
+    extrapolated = [] if predictors is None else [
+        coverage_note(cov, predictors.name, model) for model, cov in sweep_coverage(
+            d.traces, d.hardware_names, d.overrides, d.formats, varies, d.batches,
+            scope=d.scope, numerics=d.numerics, predictors=predictors).items()]
     # --out and --report are one set (dse.output.FileSet): both complete, or neither there.
     with FileSet() as files:
         write_table(frame, args.out)
         if args.report is not None:
-            _sweep_report(files.folder(args.report), frame, varies, predictors)
+            _sweep_report(files.folder(args.report), frame, varies, predictors,
+                          assumed=assumed, command=args.command_line, notes=extrapolated)
+    print(assumed)
     print(_sweep_summary(frame, varies))
     if predictors is not None:
-        print("\n".join([expectation_line(predictors), *predictors_used(frame, predictors)]))
+        print("\n".join([expectation_line(predictors), *predictors_used(frame, predictors),
+                         *extrapolated]))
     print(f"wrote {len(frame)} rows ({len(varies)} varied dimensions) to {args.out}")
     if args.report is not None:
         print(f"wrote {args.report / 'index.html'}")
     return 0
 
 
-def _sweep_report(folder, frame: pd.DataFrame, varies, predictors) -> None:
-    """The sweep's report, written into ``folder``."""
+def _sweep_report(folder, frame: pd.DataFrame, varies, predictors, assumed: str = "",
+                  command: str | None = None, notes=()) -> None:
+    """The sweep's report, written into ``folder``; ``assumed``: what it priced
+    (:func:`~dse.cli.options.assumptions_line`), the page's first paragraph; ``notes``: the
+    expectation's lines after the predictors' (which GEMMs it extrapolates)."""
     import reports
 
     from .tables import predictors_used
@@ -320,13 +368,14 @@ def _sweep_report(folder, frame: pd.DataFrame, varies, predictors) -> None:
     data = reports.hardware_comparison_data(frame)
     sections.append(reports.Section("designs", f"Speedup of every swept design{beside}",
                                     reports.hardware_comparison_chart(data), data))
-    tables, intro = [("Sweep", frame)], []
+    tables, intro = [("Sweep", frame)], [assumed] if assumed else []
     if predictors is not None:
-        intro = [reports.predictors_text(predictors),
-                 *[line.strip() for line in predictors_used(frame, predictors)]]
+        intro += [reports.predictors_text(predictors),
+                 *[line.strip() for line in predictors_used(frame, predictors)], *notes]
         tables.append((f"Kernel predictors {predictors.name} and their held-out errors",
                        reports.predictor_table(predictors)))
-    reports.write_report(folder, "dse sweep", sections, tables=tables, intro=intro)
+    reports.write_report(folder, "dse sweep", sections, tables=tables, intro=intro,
+                         command=command)
 
 
 def _sweep_summary(frame: pd.DataFrame, varies) -> str:
@@ -433,15 +482,19 @@ def _cmd_feature_overhead(args: argparse.Namespace) -> int:
     ]
     crossover = study.crossover.rename(columns={
         "first_batch_below": f"first batch below {study.threshold:g}x"})
+    # The study's overrides: --set's and the sparse tensor core's patterns it adds.
+    assumed = assumptions_line(d.hardware_labels, d.numerics, batches=d.batches,
+                               fusions=d.fusions[:1], scope=d.scope,
+                               fixed=set_overrides(study.overrides))
     index = reports.write_report(args.out, "Feature overhead against batch size", sections,
                                  tables=[("Feature share at batch 1 and 32", study.shares),
                                          (f"Where speedup drops below {study.threshold:g}x",
                                           crossover)],
                                  command=args.command_line,
                                  hardware=[accelerator_models.load(d.hardware_names[0],
-                                                                   study.overrides)])
-    print(f"hardware: {d.hardware_names[0]}"
-          + (f" with {'; '.join(study.overrides)}" if study.overrides else ""))
+                                                                   study.overrides)],
+                                 intro=[assumed])
+    print(assumed)
     shares_shown = study.shares.copy()
     names = {"feature_share_batch_1": "traffic, batch 1",
              "feature_share_batch_32": "traffic, batch 32",

@@ -25,9 +25,9 @@ from .options import (
     InputError,
     Parser,
     add_evaluator_options,
+    assumptions_line,
     batch_size,
     check_outputs,
-    dtypes_text,
     identifier,
     integer,
     nonempty_text,
@@ -97,9 +97,11 @@ def add_parsers(commands) -> None:
                     help="model to search (repeatable): a shipped trace, or a language model, "
                          "shipped or a config.json, with --phase and --context")
     lm.add_argument("--phase", choices=PHASES,
-                    help="language models: prefill or decode")
+                    help="language models: prefill or decode (default: the space's; the "
+                         "built-in one's is decode)")
     lm.add_argument("--context", type=positive_int, metavar="TOKENS",
-                    help="language models: prompt tokens (prefill) or context length (decode)")
+                    help="language models: prompt tokens (prefill) or context length (decode) "
+                         "(default: the space's; the built-in one's is 2048)")
     lm.add_argument("--batch", dest="batches", action="append", type=batch_size, metavar="B",
                     help="batch size (repeatable), instead of the space's batches")
     lm.add_argument("--hw", dest="hardware", action="append", metavar="NAME|PATH",
@@ -321,8 +323,7 @@ def _overrides(args: argparse.Namespace) -> dict:
                          "quantised weights; give --weight-dtype "
                          f"({', '.join(WEIGHT_DTYPES)}) too")
     if (args.phase is None) != (args.context is None) and args.models:
-        missing = "--context TOKENS" if args.context is None else "--phase prefill|decode"
-        raise InputError(f"a language model's step needs --phase and --context; give {missing}")
+        _space_step(args)
     hardware = None
     if args.hardware:
         hardware = [h.strip() for v in args.hardware for h in v.split(",") if h.strip()]
@@ -333,6 +334,24 @@ def _overrides(args: argparse.Namespace) -> dict:
             "batches": args.batches, "hardware": hardware, "weight_dtype": args.weight_dtype,
             "weight_group_size": args.weight_group_size, "kv_dtype": args.kv_dtype,
             "metric": args.accuracy_metric}
+
+
+def _space_step(args: argparse.Namespace) -> None:
+    """With one of --phase and --context, the space searched must give the other (the
+    built-in language-model space: decode at context 2048); else one line asks for it."""
+    from search.space import DEFAULT_SPACE, LLM_SPACE, SpaceError, load_space
+    from workloads.registry import is_language_model
+
+    language = any(is_language_model(m) for m in args.models)
+    if not language:
+        return  # loading the model says that --phase and --context are for language models
+    missing = "--context TOKENS" if args.context is None else "--phase prefill|decode"
+    try:
+        space, _ = load_space(args.space or (LLM_SPACE if language else DEFAULT_SPACE))
+    except SpaceError:
+        space = None  # the search reports a bad space itself
+    if space is None or getattr(space, "context" if args.context is None else "phase") is None:
+        raise InputError(f"a language model's step needs --phase and --context; give {missing}")
 
 
 def _check_drop_unit(args: argparse.Namespace) -> None:
@@ -401,6 +420,7 @@ def report(outcome, top: int) -> str:
                      "results as roofline_latency_s and roofline_speedup")
     if problem.predictors is not None:
         lines.extend(_calibration_lines(results, problem))
+        lines.extend(outcome.extrapolated.values())  # language models: GEMMs never timed
     # Masks over the full results (possibly millions of rows): numpy on categorical codes.
     models = [t.model for t in problem.traces]
     model_code = pd.Categorical(results["model"], categories=models).codes
@@ -440,19 +460,9 @@ def report(outcome, top: int) -> str:
 
 def _hardware_line(space, numerics) -> str:
     """The hardware the search priced, its dtypes, every override it applied and every
-    knob."""
-    said = f"hardware: {', '.join(space.hardware)} at {dtypes_text(numerics)}"
-    if space.fixed:
-        said += "; set " + ", ".join(f"{path} = {_shown(value)}" for path, value in space.fixed)
-    if space.knobs:
-        said += "; varied " + ", ".join(k.path for k in space.knobs)
-    return said
-
-
-def _shown(value) -> str:
-    if isinstance(value, tuple):
-        return "[" + ", ".join(map(str, value)) + "]"
-    return str(value)
+    knob (its fusion and batches are on lines of their own)."""
+    return assumptions_line(space.hardware, numerics, fixed=space.fixed,
+                            varied=[k.path for k in space.knobs])
 
 
 def _dense_first(results, here, problem) -> list[str]:

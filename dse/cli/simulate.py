@@ -89,6 +89,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if isinstance(result, CalibratedSimulation):
         print(_calibration_note(result))
     _print_result(result, args.top, d.numerics)
+    if d.trace.provenance.get("phase"):
+        print(_language_model_line(result, d))
     with FileSet():  # --out and --timeline: both written, or neither
         if args.out is not None:  # with the number types it priced, as the first line says
             write_table(with_dtype_columns(result.ops, d.numerics,
@@ -101,6 +103,45 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                       else None)
         print(f"report: {args.report / 'index.html'}")
     return 0
+
+
+def _language_model_line(result, d) -> str:
+    """A language-model step's rate from the simulated latency (decode: tokens/s over the
+    batch; prefill: the time to first token), beside the roofline's, and its memory fit as
+    ``dse evaluate`` gives it (:func:`dse.design_columns.with_language_model_columns`)."""
+    import pandas as pd
+
+    from ..design_columns import with_energy_and_memory, with_language_model_columns
+    from ..output import format_seconds
+    from ..roofline import evaluate
+    from .evaluate import unfit_at_batch_1
+
+    design, s = result.design, result.summary()
+    fmt, batch = design["format"], int(design["batch"])
+    args = ([d.accelerator], [fmt], [batch], [design["fusion"]], design["scope"], d.numerics)
+    table = evaluate(d.trace, [d.accelerator], [fmt], [batch], fusion=[design["fusion"]],
+                     scope=design["scope"], numerics=d.numerics)
+    table = with_energy_and_memory(table, d.trace, *args)
+    table = with_language_model_columns(table, d.trace, d.numerics)
+    row = table[table["format"].astype(str) == str(fmt)].iloc[0]
+    p = d.trace.provenance
+    what = "expected" if result.kernel_times else "simulated"
+    if p["phase"] == "decode":
+        rate = (f"decode at context {p['context']:,}: {batch / s['latency_s']:,.1f} tokens/s "
+                f"{what} (batch {batch} over {format_seconds(s['latency_s'])} a step; roofline "
+                f"{batch / s['roofline_latency_s']:,.1f})")
+    else:
+        rate = (f"prefill of {p['context']:,} tokens: time to first token "
+                f"{format_seconds(s['latency_s'])} {what} (roofline "
+                f"{format_seconds(s['roofline_latency_s'])})")
+    known = not pd.isna(row["fits"])
+    fits = "capacity unknown" if not known else ("fits" if bool(row["fits"]) else
+                                                 "does NOT fit")
+    largest = f" (largest batch {int(row['largest_batch_that_fits']):,})" if known else ""
+    return (f"language model {p['config']}, {rate}; KV cache {row['kv_cache_bytes'] / 1e9:.3g} GB "
+            f"({int(row['kv_bytes_per_token']):,} bytes a token), {p['params']:,} parameters; "
+            f"peak memory {row['peak_memory_bytes'] / 2**30:.3g} GiB, {fits}{largest}"
+            + "".join("\n" + line for line in unfit_at_batch_1(table)))
 
 
 def _bytes(value: float) -> str:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["calibration_note", "expectation_line", "missing", "predictor_error",
-           "predictors_used", "seconds_column", "share"]
+__all__ = ["calibration_note", "energy_cell", "energy_notes", "expectation_line", "missing",
+           "predictor_error", "predictors_used", "seconds_column", "share"]
 
 _UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9), ("ps", 1e-12))
 
@@ -31,6 +31,38 @@ def seconds_column(values: Iterable[float], name: str) -> tuple[str, list[str]]:
     decimals = min(6, max(0, 2 - int(math.floor(math.log10(low)))))
     cells = [missing() if not math.isfinite(v) else f"{v / scale:.{decimals}f}" for v in array]
     return f"{name} ({unit})", cells
+
+
+def energy_cell(value: float, text: str) -> str:
+    """An energy or power figure as ``text`` formats it, or ``n/a`` where it is NaN: the design
+    runs on a spec without energy figures (:func:`energy_notes` says so under the table)."""
+    import pandas as pd
+
+    return "n/a" if value is None or pd.isna(value) else text.format(value)
+
+
+def energy_notes(frame: pd.DataFrame) -> list[str]:
+    """The lines under a table of energies: which accelerators have no energy at all (their
+    spec has no energy figure, e.g. one from ``dse hw probe``), and what the others' specs
+    lack (there the energy is a lower bound)."""
+    import re
+
+    from ..roofline import NO_ENERGY_FIGURES
+
+    if "energy_j" not in frame:
+        return []
+    unknown = frame["energy_j"].isna().to_numpy()
+    lines = []
+    if unknown.any():
+        names = ", ".join(dict.fromkeys(frame.loc[unknown, "hardware"].astype(str)))
+        lines.append(f"energy and power {NO_ENERGY_FIGURES} on {names}: add "
+                     "dram_pj_per_byte, tensor_pj_per_flop.DTYPE, ... to its spec to price them")
+    gaps = sorted({g.strip() for text in frame.loc[~unknown, "energy_unpriced"]
+                   for g in re.split(r"[;,] ", str(text)) if g.strip() not in ("", "nan")})
+    if gaps:
+        lines.append("energy leaves out what the spec has no figure for (a lower bound there): "
+                     + ", ".join(gaps))
+    return lines
 
 
 def share(value: float, digits: int = 1) -> str:

@@ -8,7 +8,8 @@ A ``--vary`` names one dimension and its values::
     format.sparsity=0.5,0.75,0.875        the sparsity of every block and unstructured format
     format.block=4,8,16                   the block size of every block format
 
-The sweep evaluates every combination; results carry one ``vary.NAME`` column per dimension.
+The sweep evaluates every combination; results carry one ``vary.NAME`` column per dimension,
+and the number types they were priced in (``dtype``, ``weight_dtype``, ...).
 When batch is varied they carry ``peak_memory_bytes`` and ``fits`` too (the memory model of
 :mod:`dse.roofline.memory`: whether the design fits the spec's DRAM; NA without a capacity).
 A format dimension must move at least one of the formats (N:M fixes its own sparsity, so
@@ -37,9 +38,13 @@ from formats import Block, Format, Unstructured
 from formats import parse as parse_format
 from workloads import MAX_BATCH, Trace
 
-from ..roofline import DEFAULT_NUMERICS, Numerics
+from ..calibrate.coverage import Coverage, coverage
+from ..calibrate.expected import expected_layers
+from ..calibrate.predictor import DevicePredictors
+from ..roofline import DEFAULT_NUMERICS, Numerics, evaluate_layers
 from ..roofline.energy import evaluate_layer_frames
-from ..roofline.memory import activation_peak, memory_frame
+from ..roofline.memory import activation_peak, memory_frame, unread_weight_bytes
+from ..roofline.numerics import with_dtype_columns
 from ..sim.fanout import SIMULATED_COLUMNS
 from .grid import ROOFLINE, Evaluator, evaluate_grid
 from .grid import Block as GridBlock
@@ -48,7 +53,7 @@ from .grid import Block as GridBlock
 Progress = Callable[[int, int, str], None]
 
 __all__ = ["MAX_ROWS", "MAX_SIMULATED", "SweepError", "Vary", "parse_vary", "sweep",
-           "sweep_size"]
+           "sweep_coverage", "sweep_size"]
 
 #: The most result rows a sweep builds: about 0.7 GB of table in memory and half a minute of
 #: roofline evaluation on one core.
@@ -209,8 +214,12 @@ def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[
     ``evaluator``: :class:`dse.explore.Roofline` (default) or :class:`dse.explore.Simulator`,
     whose latencies and speedups then replace the roofline's (see :mod:`dse.explore.grid`).
     ``progress(done, total, unit)`` hears of the hardware points built, then of the designs
-    evaluated. Raises :class:`SweepError` before any work when the sweep is larger than
-    :data:`MAX_ROWS` rows (:data:`MAX_SIMULATED` with the simulator).
+    evaluated. The rows end with the number types they were priced in (``dtype``,
+    ``vector_dtype``, ``csr_dtype``, ``index_bytes``, ``weight_dtype`` and, for a language
+    model's rows, ``kv_dtype``: :func:`dse.design_columns.with_dtype_columns`; the simulator's
+    columns follow them), as ``dse sweep --out`` writes them. Raises :class:`SweepError`
+    before any work when the sweep is larger than :data:`MAX_ROWS` rows
+    (:data:`MAX_SIMULATED` with the simulator).
     """
     names = [v.name for v in varies]
     if len(set(names)) != len(names):
@@ -263,9 +272,48 @@ def sweep(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[
         if by_kind["batch"]:
             frame[by_kind["batch"][0].column] = frame["batch"]
             _add_memory(frame, block, hw_index, scope, numerics)
+        if block.trace.provenance.get("phase"):
+            _add_language_model(frame, block.trace, numerics)
     out = pd.concat(frames, ignore_index=True)
-    added = [c for c in SIMULATED_COLUMNS if c in out.columns]  # after the swept columns
+    # What every row was priced in, as dse evaluate's and dse compare's results carry it: the
+    # same table as ``dse sweep --out`` writes (a language model's rows name the KV dtype).
+    out = with_dtype_columns(out, numerics, out["phase"].notna().tolist()
+                             if "phase" in out else False)
+    # The simulator's columns last: a simulated sweep's first columns are the roofline's.
+    added = [c for c in SIMULATED_COLUMNS if c in out.columns]
     return out[[c for c in out.columns if c not in added] + added]
+
+
+def sweep_coverage(traces: Sequence[Trace], hardware: Sequence[str], overrides: Sequence[str],
+                   formats: Sequence[str | Format], varies: Sequence[Vary],
+                   batches: Sequence[int] = (1,), scope: str = "gemm",
+                   numerics: Numerics = DEFAULT_NUMERICS,
+                   predictors: DevicePredictors | None = None) -> dict[str, Coverage]:
+    """Per language-model step of a calibrated sweep (the same arguments as :func:`sweep`,
+    with the predictors of its :class:`~dse.explore.Calibrated` evaluator): which of its GEMMs
+    the expectation prices from shapes the predictors were trained on and which it
+    extrapolates (:func:`dse.calibrate.coverage.coverage`), over every swept format and batch
+    on each base hardware with ``overrides``. Which GEMMs are extrapolated depends only on
+    their shapes and N, not on a swept hardware field; the shares of expected time are the
+    base hardware's. Other traces have no entry (their one line is
+    :func:`dse.calibrate.coverage.coverage_note`)."""
+    language = [t for t in traces if t.provenance.get("phase")]
+    if predictors is None or not language:
+        return {}
+    batch_list = next((list(v.values) for v in varies if v.name == "batch"), list(batches))
+    fmts = [parse_format(f) for f in formats]
+    by_format = [v for v in varies if v.name.startswith("format.")]
+    swept = {f.name: f for values in itertools.product(*(v.values for v in by_format))
+             for f in _formats(fmts, {v.name[7:]: x for v, x in zip(by_format, values,
+                                                                    strict=True)})}
+    bases = [accelerator_models.load(h, list(overrides)) for h in hardware]
+    out = {}
+    for trace in language:
+        layers = evaluate_layers(trace, bases, list(swept.values()), batch_list,
+                                 fusion="unfused", scope=scope, numerics=numerics)
+        out[trace.model] = coverage(expected_layers(layers, trace, predictors), trace,
+                                    predictors, numerics.dtype)
+    return out
 
 
 def _add_memory(frame: pd.DataFrame, block: GridBlock, hw_index: np.ndarray, scope: str,
@@ -284,7 +332,9 @@ def _add_memory(frame: pd.DataFrame, block: GridBlock, hw_index: np.ndarray, sco
     layers = evaluate_layer_frames(trace, [first], ["dense"], [1], ["unfused"], [scope],
                                    numerics)
     reference = memory_frame(designs, layers, trace, first, numerics)
-    outside = float(reference["weight_storage_bytes"].iloc[0] - reference["weight_bytes"].iloc[0])
+    # An MoE step reads only the experts its tokens touch; all of them are resident.
+    outside = float(reference["weight_storage_bytes"].iloc[0] - reference["weight_bytes"].iloc[0]
+                    - unread_weight_bytes(reference, trace, numerics)[0])
     fusions = frame["fusion"].astype(str).to_numpy(dtype=object)
     per_sample = np.zeros(len(frame))
     for fusion in pd.unique(fusions):
@@ -294,7 +344,8 @@ def _add_memory(frame: pd.DataFrame, block: GridBlock, hw_index: np.ndarray, sco
     if p.get("phase"):  # a language model: its KV cache and untied embedding are resident too
         outside += (p["resident_weight_elems"] - trace.params) * float(numerics.value_bytes)
         per_sample = per_sample + p["kv_cache_elems"] * float(numerics.kv_value_bytes)
-    peak = (frame["weight_bytes"].to_numpy(dtype=np.float64) + outside
+    peak = (frame["weight_bytes"].to_numpy(dtype=np.float64)
+            + unread_weight_bytes(frame, trace, numerics) + outside
             + per_sample * frame["batch"].to_numpy(np.float64))
     capacity = np.array([np.nan if a.dram_capacity_bytes is None else a.dram_capacity_bytes
                          for a in block.accelerators])[hw_index]
@@ -302,6 +353,37 @@ def _add_memory(frame: pd.DataFrame, block: GridBlock, hw_index: np.ndarray, sco
     frame["peak_memory_bytes"] = peak
     frame["fits"] = pd.arrays.BooleanArray(peak <= np.where(known, capacity, np.inf),
                                            mask=~known)
+    if p.get("phase"):  # the largest batch whose weights and KV cache at the context fit
+        with np.errstate(invalid="ignore", divide="ignore"):
+            largest = np.clip(np.floor((capacity - (peak - per_sample
+                                                    * frame["batch"].to_numpy(np.float64)))
+                                       / per_sample), 0, MAX_BATCH)
+        frame["largest_batch_that_fits"] = pd.array(np.where(known, largest, 0)
+                                                    .astype(np.int64), dtype="Int64")
+        frame.loc[~known, "largest_batch_that_fits"] = pd.NA
+        frame["max_batch"] = frame["largest_batch_that_fits"]
+
+
+def _add_language_model(frame: pd.DataFrame, trace: Trace, numerics: Numerics) -> None:
+    """A language-model step's columns, in place, as :func:`dse.design_columns
+    .language_model_columns` gives them from the swept rows' latency (the simulated one with
+    ``--evaluator simulate``): ``phase``, ``context``, ``tokens_per_s`` and ``time_per_token_s``
+    (decode), ``ttft_s`` (prefill), ``kv_bytes_per_token``, ``kv_cache_bytes`` (the batch's)
+    and ``params``; the memory fit is :func:`_add_memory`'s (a swept batch)."""
+    p = trace.provenance
+    decode = p["phase"] == "decode"
+    latency = frame["latency_s"].to_numpy(dtype=np.float64)
+    batch = frame["batch"].to_numpy(dtype=np.float64)
+    nothing = np.full(len(frame), np.nan)
+    kvb = float(numerics.kv_value_bytes)
+    frame["phase"] = p["phase"]
+    frame["context"] = p["context"]
+    frame["tokens_per_s"] = batch / latency if decode else nothing
+    frame["time_per_token_s"] = latency if decode else nothing
+    frame["ttft_s"] = nothing if decode else latency
+    frame["kv_bytes_per_token"] = p["kv_elems_per_token"] * kvb
+    frame["kv_cache_bytes"] = batch * p["kv_cache_elems"] * kvb
+    frame["params"] = p["params"]
 
 
 def _evaluate(blocks: list[GridBlock], batches: list[int], fusion: list[str], scope: str,

@@ -9,7 +9,14 @@ Imports only the ground packages (``formats``, ``accelerator_models``, ``workloa
 """
 
 from .caches import CACHE_CONDITIONS, CacheError, memory_time
-from .energy import ENERGY_COLUMNS, energy_frame, evaluate_energy, evaluate_layer_frames
+from .energy import (
+    ENERGY_COLUMNS,
+    NO_ENERGY_FIGURES,
+    energy_frame,
+    evaluate_energy,
+    evaluate_layer_frames,
+    has_energy_figures,
+)
 from .evaluator import (
     DEFAULT_NUMERICS,
     FUSIONS,
@@ -32,12 +39,14 @@ __all__ = [
     "Designs",
     "ENERGY_COLUMNS",
     "MEMORY_COLUMNS",
+    "NO_ENERGY_FIGURES",
     "activation_peak",
     "memory_time",
     "energy_frame",
     "evaluate_energy",
     "evaluate_layer_frames",
     "evaluate_memory",
+    "has_energy_figures",
     "memory_frame",
     "DTYPE_BYTES",
     "FUSIONS",

@@ -27,7 +27,10 @@ The model (Choi et al., "A roofline model of energy", IPDPS 2013; the cap as in 
 Missing figures: a spec field left out (the catalog leaves out what no public figure supports)
 prices its part at zero and ``energy_unpriced`` names it, so energy is then a lower bound (as
 latency is); an unset ``sparse_tensor_pj_per_flop.<dtype>`` takes the dense tensor-core figure
-of the dtype per useful FLOP, and ``energy_unpriced`` says so too.
+of the dtype per useful FLOP, and ``energy_unpriced`` says so too. A spec with no energy figure
+at all (:func:`has_energy_figures`; a spec from ``dse hw probe`` measures none) has no energy:
+its rows' energy and power columns are NaN, never a zero that reads as a figure
+(``energy_unpriced`` still names the fields it lacks).
 """
 
 from __future__ import annotations
@@ -45,10 +48,11 @@ from workloads import Trace, load_trace
 
 from .evaluator import DEFAULT_NUMERICS, evaluate, evaluate_layers
 from .numerics import Numerics
-from .pricing import cache_read_elems, has_gemm_weights
+from .pricing import cache_read_elems, has_gemm_weights, weight_read_share, weight_sets
 
-__all__ = ["DESIGN_KEYS", "ENERGY_COLUMNS", "accelerator_table", "designs_with_layers",
-           "energy_frame", "evaluate_energy", "evaluate_layer_frames", "op_traffic"]
+__all__ = ["DESIGN_KEYS", "ENERGY_COLUMNS", "NO_ENERGY_FIGURES", "accelerator_table",
+           "designs_with_layers", "energy_frame", "evaluate_energy", "evaluate_layer_frames",
+           "has_energy_figures", "op_traffic"]
 
 #: Columns :func:`energy_frame` adds, in order.
 ENERGY_COLUMNS = (
@@ -57,6 +61,9 @@ ENERGY_COLUMNS = (
     "energy_weights_j", "energy_index_j", "energy_features_j", "energy_dram_j",
     "energy_onchip_j", "energy_static_j", "energy_feature_share", "energy_unpriced",
 )
+
+#: What a table shows for the energy of a design on a spec without energy figures (NaN).
+NO_ENERGY_FIGURES = "n/a (spec has no energy figures)"
 
 PJ = 1e-12
 #: The columns that name one design in ``evaluate`` and ``evaluate_layers`` frames.
@@ -100,7 +107,8 @@ quantised weights count as values),
     vb = float(numerics.value_bytes)
     wb = float(numerics.weight_value_bytes)
     m, k, g = (ops[c].to_numpy(dtype=np.float64)[j] for c in ("m", "k", "groups"))
-    scales = np.where(has_gemm_weights(ops)[j], g * numerics.scale_bytes(m, k), 0.0)
+    gw = g * weight_sets(trace)[j]  # GEMM weight matrices stored: groups x experts
+    scales = np.where(has_gemm_weights(ops)[j], gw * numerics.scale_bytes(m, k), 0.0)
     weight_elems = ops["weight_elems"].to_numpy(dtype=np.float64)[j]
     layer_density = ops["density"].to_numpy(dtype=np.float64)[j]
     prunable = ops["prunable"].to_numpy(dtype=bool)[j]
@@ -110,6 +118,9 @@ quantised weights count as values),
     names = layers["format"].astype(str).to_numpy(dtype=object)
     fallback = layers["fallback"].astype(str).to_numpy(dtype=object)
     values = weight_bytes.copy()
+    # The share of the stored weights a step reads (below 1 for an MoE's untouched experts).
+    share = weight_read_share(trace, j, batch)
+    share = 1.0 if share is None else share
     for name in pd.unique(names):
         fmt = parse_format(name)
         if isinstance(fmt, Dense):
@@ -118,8 +129,8 @@ quantised weights count as values),
         density = np.full(len(rows), fmt.density)
         if fmt.takes_layer_density:
             density = np.where(np.isnan(layer_density), density, layer_density)
-        stored = vb * (weight_elems - g * m * k) + wb * g * fmt.nnz(m, k, density) + scales
-        values = np.where(rows, stored, values)
+        stored = vb * (weight_elems - gw * m * k) + wb * gw * fmt.nnz(m, k, density) + scales
+        values = np.where(rows, stored * share, values)
     unit = layers["unit"].astype(str).to_numpy(dtype=object)
     flops = layers["flops"].to_numpy(dtype=np.float64)
     features = (ops["input_elems"].to_numpy(dtype=np.float64)[j]
@@ -172,6 +183,15 @@ def _figure(acc: Accelerator, path: str, work: np.ndarray, gaps: np.ndarray, row
     return value
 
 
+def has_energy_figures(acc: Accelerator) -> bool:
+    """Whether ``acc`` has any energy figure (a pJ per FLOP or per byte, or a static power):
+    without one, :func:`energy_frame` prices nothing and gives NaN, not 0 J."""
+    return (any(v is not None for v in (acc.dram_pj_per_byte, acc.onchip_pj_per_byte,
+                                        acc.static_power_w))
+            or bool(acc.tensor_pj_per_flop or acc.sparse_tensor_pj_per_flop
+                    or acc.vector_pj_per_flop))
+
+
 def energy_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str,
                  hardware: Accelerator | Sequence[Accelerator],
                  numerics: Numerics = DEFAULT_NUMERICS) -> pd.DataFrame:
@@ -192,6 +212,7 @@ def energy_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
     gaps = np.empty(n, dtype=object)
     for i in range(n):
         gaps[i] = []
+    unknown = np.zeros(n, dtype=bool)  # rows on a spec with no energy figure at all
     s = {c: sums[c].to_numpy(dtype=np.float64) for c in _SUMS}
     traffic = s["value_bytes"] + s["index_bytes"] + s["feature_onchip_bytes"]
     always = np.ones(n)
@@ -203,6 +224,8 @@ def energy_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
                              "accelerators given; pass every accelerator evaluated")
         acc = accs[name]
         rows = hw_names == name
+        if not has_energy_figures(acc):
+            unknown |= rows
         tensor_work = s["tensor_flops"] + s["sparse_tensor_flops"]
         figures = {
             "e_tensor": _figure(acc, f"tensor_pj_per_flop.{dt}", tensor_work, gaps, rows),
@@ -266,6 +289,10 @@ def energy_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
                                           where=energy > 0),
         "energy_unpriced": unpriced,
     }
+    if unknown.any():  # no figure priced anything: unknown, not 0 J (latency stays as is)
+        for column, values in new.items():
+            if column.startswith(("energy_", "avg_power", "edp")) and column != "energy_unpriced":
+                new[column] = np.where(unknown, np.nan, values)
     for column in ENERGY_COLUMNS:
         out[column] = new[column]
     return out

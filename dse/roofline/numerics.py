@@ -4,14 +4,16 @@ evaluator rather than in the hardware spec."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from accelerator_models import TENSOR_DTYPES, VECTOR_DTYPES
 
-__all__ = ["DEFAULT_INT4_GROUP", "DTYPE_BYTES", "SCALE_BYTES", "WEIGHT_DTYPE_BYTES", "Numerics",
-           "NumericsError"]
+__all__ = ["DEFAULT_INT4_GROUP", "DTYPE_BYTES", "DTYPE_COLUMNS", "SCALE_BYTES",
+           "WEIGHT_DTYPE_BYTES", "Numerics", "NumericsError", "with_dtype_columns"]
 
 #: Storage bytes per element (tf32 is stored as fp32).
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "tf32": 4, "fp8": 1, "int8": 1, "fp32": 4}
@@ -133,3 +135,27 @@ class Numerics:
         group = self.group_size
         per_row = np.minimum(k, 1.0) if group is None else np.ceil(k / group)
         return SCALE_BYTES * m * per_row
+
+
+#: The columns :func:`with_dtype_columns` adds: the number types a result was priced in.
+DTYPE_COLUMNS = ("dtype", "vector_dtype", "csr_dtype", "index_bytes", "weight_dtype", "kv_dtype")
+
+
+def with_dtype_columns(table: pd.DataFrame, numerics: Numerics | None = None,
+                       language: bool | Sequence[bool] = False) -> pd.DataFrame:
+    """``table`` with the number types its rows were priced in, last, as the ``--out`` files of
+    ``dse evaluate``, ``simulate`` and ``compare`` carry them: ``dtype``, ``vector_dtype``,
+    ``csr_dtype``, ``index_bytes``, ``weight_dtype`` (how the weights are stored: ``fp16``,
+    ``int4 (group 128)``, ``fp8 (per channel)``) and, for the rows of a language model
+    (``language``: one flag, or one per row), ``kv_dtype`` (empty on the other rows; absent
+    where no row has a KV cache). ``numerics``: default :class:`Numerics`'s defaults."""
+    numerics = Numerics() if numerics is None else numerics
+    out = table.assign(dtype=numerics.dtype, vector_dtype=numerics.vector_dtype,
+                       csr_dtype=numerics.csr_dtype, index_bytes=numerics.index_width_bytes,
+                       weight_dtype=numerics.weight_label)
+    rows = [language] * len(out) if isinstance(language, bool) else list(language)
+    if any(rows):
+        kv = numerics.kv_dtype or numerics.dtype
+        out["kv_dtype"] = [kv if r else None for r in rows]
+    last = [c for c in DTYPE_COLUMNS if c in out]  # together, at the end
+    return out[[c for c in out if c not in last] + last]
