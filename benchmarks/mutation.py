@@ -20,7 +20,9 @@ module's test subset runs there (``pytest -x``); a failing or timed-out run kill
 
 Prints, per module: mutants killed / run and the share, then every survivor as
 ``file:line: change``. A survivor is a missing test, or an equivalent mutant (one no test can
-tell apart: say why in the table of ``EQUIVALENT`` below).
+tell apart: say why in the table of ``EQUIVALENT`` below, keyed by the mutated line's text so
+that edits elsewhere do not move it; an entry that no longer matches any mutant is printed as
+stale).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import dataclasses
 import os
 import random
 import shutil
@@ -35,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,86 +71,165 @@ MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "features": (("dse/calibrate/features.py",),
                  ("tests/test_calibrate.py", "tests/test_norm_width.py",
                   "tests/test_calibrate_mutants.py")),
-    "llm": (("workloads/llm.py",), ("tests/test_llm_trace.py",)),
+    "llm": (("workloads/llm.py",), ("tests/test_llm_trace.py", "tests/test_llm_mutants.py")),
 }
 
-#: Survivors examined and found equivalent: (file, line, change) -> why no test can kill it.
-EQUIVALENT: dict[tuple[str, int, str], str] = {
-    ("dse/measure/sol.py", 28, "False -> True"):
+#: Survivors examined and found equivalent, keyed by what stays put when lines move: (file, the
+#: mutated line's stripped source text, change; with " #N" where the file has several mutants
+#: of that text and change) -> why no test can kill it. A run prints a survivor's key to paste
+#: here, and an entry that matches no mutant (its line was edited) as stale.
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("dse/measure/sol.py", "for row in layers.itertuples(index=False)}", "False -> True"):
         "itertuples(index=True) adds an Index field; the fields are read by name",
-    ("dse/measure/sol.py", 131, "False -> True"):
+    ("dse/measure/sol.py",
+     "for i, (row, note) in enumerate(zip(frame.itertuples(index=False), notes, strict=True)):",
+     "False -> True"):
         "itertuples(index=True) adds an Index field; the fields are read by name",
-    ("dse/measure/sol.py", 131, "True -> False"):
+    ("dse/measure/sol.py",
+     "for i, (row, note) in enumerate(zip(frame.itertuples(index=False), notes, strict=True)):",
+     "True -> False"):
         "zip(strict=False): the notes are built from the same frame, always as long",
-    ("dse/measure/sol.py", 61, "> -> >="):
+    ("dse/measure/sol.py",
+     '"name": f"op{pos}", "kind": "conv" if row["groups"] > 1 else "linear",',
+     "> -> >="):
         "kind conv or linear: both are weight GEMMs (WEIGHT_GEMM_KINDS), priced alike",
-    ("dse/measure/sol.py", 61, "1 -> 2"):
+    ("dse/measure/sol.py",
+     '"name": f"op{pos}", "kind": "conv" if row["groups"] > 1 else "linear",',
+     "1 -> 2"):
         "kind conv or linear: both are weight GEMMs (WEIGHT_GEMM_KINDS), priced alike",
-    ("dse/measure/sol.py", 71, "1 -> 2"):
+    ("dse/measure/sol.py", 'trace = workloads.Trace.from_records("measured", [1], records)',
+     "1 -> 2"):
         "the one-op trace's input_shape is provenance; nothing is priced from it",
-    ("dse/measure/sol.py", 111, "> -> >="):
+    ("dse/measure/sol.py",
+     'out.loc[vector, "sol_bound"] = np.where(memory > compute, "memory", "compute")',
+     "> -> >="):
         "at memory time == compute time both labels are right",
     # _whole caps numbers of over 18 digits at 10**18: every field's limit (M <= 2**16, blocks
     # <= 64) is far below 10**17, so the cap's exact place and value refuse the same inputs.
-    ("formats/grammar.py", 39, "<= -> <"): "any number of 18 or more digits is out of range",
-    ("formats/grammar.py", 39, "18 -> 19"): "any number of 18 or more digits is out of range",
-    ("formats/grammar.py", 39, "10 -> 11"): "11**18 is out of range as 10**18 is",
-    ("formats/grammar.py", 66, "< -> <="):
+    ("formats/grammar.py", "return int(digits) if len(digits) <= 18 else 10**18", "<= -> <"):
+        "any number of 18 or more digits is out of range",
+    ("formats/grammar.py", "return int(digits) if len(digits) <= 18 else 10**18", "18 -> 19 #1"):
+        "any number of 18 or more digits is out of range",
+    ("formats/grammar.py", "return int(digits) if len(digits) <= 18 else 10**18", "18 -> 19 #2"):
+        "any number of 18 or more digits is out of range",
+    ("formats/grammar.py", "return int(digits) if len(digits) <= 18 else 10**18", "10 -> 11"):
+        "11**18 is out of range as 10**18 is",
+    ("formats/grammar.py", "if not 1 <= n < m <= MAX_M:", "< -> <="):
         "NM() refuses N >= M itself (formats/nm.py), with the same message",
-    ("formats/base.py", 112, "0.0 -> 1.0"):
+    ("formats/base.py",
+     "return np.where(some, -np.expm1(r * np.log1p(-np.where(some, q, 0.0))), 1.0)",
+     "0.0 -> 1.0"):
         "the inner value for q = 1 is discarded by the outer np.where (which gives 1.0)",
-    ("formats/masks.py", 85, "True -> False"):
+    ("formats/masks.py",
+     "keep[score.reshape(-1).argsort(descending=True, stable=True)[:count]] = True",
+     "True -> False #2"):
         "argsort(stable=False): torch's CPU sort keeps ties in order at these sizes "
         "(tests/test_formats_by_hand.py checks ties)",
-    ("formats/masks.py", 147, "True -> False"):
+    ("formats/masks.py",
+     "for name, keep in zip(names, _threshold_keep(scores, fmt.sparsity), strict=True):",
+     "True -> False"):
         "zip(strict=False): the names and their masks come from the same list",
     # dse/calibrate/features.py: tile is a whole number >= 1 (check_predictor_document), shapes
     # are whole numbers, and a dataset's columns are strings and numbers (dataset.SCHEMA).
-    ("dse/calibrate/features.py", 101, "1.0 -> 2.0"):
+    ("dse/calibrate/features.py", "rows = np.where(gemm, m, 1.0)", "1.0 -> 2.0"):
         "a non-GEMM row's rows is read only where np.where(gemm, ...) takes the other side",
-    ("dse/calibrate/features.py", 103, "> -> >="): "at tile 1, tile and 1 are the same divisor",
-    ("dse/calibrate/features.py", 104, "1.0 -> 2.0"):
+    ("dse/calibrate/features.py",
+     "tiles_n = np.ceil(np.maximum(n, 1.0) / (tile if tile > 1 else 1))", "> -> >="):
+        "at tile 1, tile and 1 are the same divisor",
+    ("dse/calibrate/features.py",
+     "tiles = np.where(gemm, groups * tiles_m * tiles_n, np.ceil(np.maximum(n, 1.0) / 4096))",
+     "1.0 -> 2.0"):
         "a vector op of 0 or 1 output elements is ceil(n / 4096) = 1 block either way",
-    ("dse/calibrate/features.py", 107, "1.0 -> 2.0"):
-        "a non-GEMM row's pad_eff of 2.0 is clipped to 1.0 on line 89",
-    ("dse/calibrate/features.py", 118, "1.0 -> 2.0"):
+    ("dse/calibrate/features.py",
+     "pad_eff = np.where(gemm, (rows * n) / (tiles_m * tile * tiles_n * tile), 1.0)",
+     "1.0 -> 2.0"):
+        "a non-GEMM row's pad_eff of 2.0 is clipped to 1.0 (np.clip in the column stack)",
+    ("dse/calibrate/features.py",
+     "np.clip(pad_eff, 0.0, 1.0), kinds, impl, warm, np.log1p(per_out), np.log1p(window),",
+     "1.0 -> 2.0"):
         "pad_eff <= 1 already: whole tiles of tile >= 1 cover the rows x n outputs",
-    ("dse/calibrate/features.py", 277, "True -> False"):
+    ("dse/calibrate/features.py",
+     'rows["family"], rows["kind"], rows["groups"], rows["block"], strict=True)]',
+     "True -> False"):
         "zip(strict=False): four columns of one frame, always as long",
-    ("dse/calibrate/features.py", 281, "True -> False"):
+    ("dse/calibrate/features.py",
+     'rounds = rows.groupby(kernel + ["run_id", "round"], as_index=False, observed=True).agg(',
+     "True -> False"):
         "observed= acts only on categorical groupers; no dataset column is categorical",
-    ("dse/calibrate/features.py", 284, "True -> False"):
+    ("dse/calibrate/features.py",
+     'runs = rounds.groupby(kernel + ["run_id"], as_index=False, observed=True).agg(',
+     "True -> False"):
         "observed= acts only on categorical groupers; no dataset column is categorical",
-    ("dse/calibrate/features.py", 287, "True -> False"):
+    ("dse/calibrate/features.py", "out = runs.groupby(kernel, as_index=False, observed=True).agg(",
+     "True -> False"):
         "observed= acts only on categorical groupers; no dataset column is categorical",
-    ("dse/calibrate/features.py", 284, "False -> True"):
+    ("dse/calibrate/features.py",
+     'runs = rounds.groupby(kernel + ["run_id"], as_index=False, observed=True).agg(',
+     "False -> True"):
         "as_index=True: the next groupby finds the same names as index levels",
-    ("dse/calibrate/features.py", 291, "0 -> 1"):
+    # _conv_geometry guards its divisions with np.where(known, x, 1.0); the outer
+    # np.where(known, ..., 0.0) discards every row the guard's 1.0 divides.
+    ("dse/calibrate/features.py",
+     "per_out = np.where(known, inputs / np.where(known, n, 1.0), 0.0)", "1.0 -> 2.0"):
+        "the guard's divisor is used only for rows the outer np.where sets to 0",
+    ("dse/calibrate/features.py",
+     "window = np.where(known, window_k / np.where(known, per_out, 1.0), 0.0)", "1.0 -> 2.0"):
+        "the guard's divisor is used only for rows the outer np.where sets to 0",
+    ("dse/calibrate/features.py",
+     'conv = rows["kind"].astype(str).isin(_CONV_KINDS) & (rows["m"] > 0)', "> -> >="):
+        "a conv row has m >= 1 (C_out); a row of m 0 is no GEMM, whose input _conv_geometry "
+        "ignores (known needs gemm)",
+    ("dse/calibrate/features.py", 'out["impl"] = 0', "0 -> 1"):
         "every row's impl is written again by the loop below (every row has a key)",
-    ("dse/calibrate/expected.py", 47, "True -> False"):
+    ("dse/calibrate/expected.py", "strict=True)]", "True -> False #1"):
         "zip(strict=False): three columns of one frame, always as long",
-    ("dse/calibrate/expected.py", 59, "> -> >="):
+    ("dse/calibrate/expected.py", 'gemm = (m > 0) & np.isin(op["kind"].to_numpy(), _GEMM_KINDS)',
+     "> -> >="):
         "a trace's GEMM-kind op has m >= 1 (workloads.trace refuses m 0), the others are not GEMMs",
-    ("dse/calibrate/expected.py", 93, "False -> True"):
+    ("dse/calibrate/expected.py",
+     "codes = out.groupby(kernel, sort=False, observed=True).ngroup().to_numpy()",
+     "False -> True"):
         "ngroup(sort=True) numbers the kernels otherwise, and keys[] is indexed by the same codes",
-    ("dse/calibrate/expected.py", 93, "True -> False"):
+    ("dse/calibrate/expected.py",
+     "codes = out.groupby(kernel, sort=False, observed=True).ngroup().to_numpy()",
+     "True -> False"):
         "observed= acts only on categorical groupers; these columns are built from arrays",
     # max(b, 1) -> max(b, 2) (the other 1 -> 2 there, max(s, 1), is killed): b >= 1 and every
     # size s that is not b is >= 2 when b is 1, so the nearest is the smallest size either way.
-    ("dse/calibrate/expected.py", 113, "1 -> 2"):
+    ("dse/calibrate/expected.py",
+     "near = min(sizes, key=lambda s: (abs(np.log2(max(s, 1) / max(b, 1))), s))",
+     "1 -> 2 #2"):
         "max(b, 2): for block1 every measured size is >= 2; the nearest is the smallest still",
-    ("dse/calibrate/expected.py", 173, "1 -> 2"):
+    ("dse/calibrate/expected.py", "notes[other] = joined[inverse.reshape(-1)]", "1 -> 2"):
         "reshape(-2): numpy takes any negative size as the one unknown dimension",
-    ("dse/calibrate/expected.py", 177, "> -> >="):
+    ("dse/calibrate/expected.py",
+     'out["fraction_of_sol"] = np.where(expected > 0, out["time_s"] / expected, np.nan)',
+     "> -> >="):
         "expected_s is 0 only for an op without work, whose time_s 0 / 0 is NaN as well",
-    ("dse/calibrate/expected.py", 187, "1e-30 -> 2e-30"):
+    ("dse/calibrate/expected.py",
+     'share = used.groupby("predictor")["expected_s"].sum() / max(used["expected_s"].sum(), 1e-30)',  # noqa: E501
+     "1e-30 -> 2e-30"):
         "the floor acts only when no op has expected time, when there are no shares to divide",
-    ("dse/calibrate/expected.py", 195, "0.0 -> 1.0"):
+    ("dse/calibrate/expected.py",
+     '"validated_rmspe": float(np.average(rmspe.fillna(0.0), weights=weights))',
+     "0.0 -> 1.0"):
         "an RMSPE filled in for a bound row has weight 0 in np.average",
-    ("dse/calibrate/expected.py", 207, "False -> True"):
+    ("dse/calibrate/expected.py",
+     'per = layers.groupby(keys, sort=False)[["expected_s", "predictor", "validated_rmspe",',
+     "False -> True"):
         "groupby(sort=True) reorders the summaries; the merge on keys puts them back",
-    ("dse/calibrate/expected.py", 211, "True -> False"):
+    ("dse/calibrate/expected.py",
+     'per["hardware"], per["batch"], per["expected_latency_s"], strict=True)]',
+     "True -> False"):
         "zip(strict=False): three columns of one frame, always as long",
+    # workloads/llm.py
+    ("workloads/llm.py",
+     "h, hd, g = c.hidden_size, c.head_dim, c.num_heads // c.num_kv_heads", "// -> /"):
+        "heads is a multiple of kv_heads (llm_config_from_dict refuses others), so g is a "
+        "whole float, and Trace.from_records turns whole floats into ints",
+    ("workloads/llm.py", "mid = (lo + hi + 1) // 2", "1 -> 2"):
+        "(lo + hi + 2) // 2 lies in (lo, hi] too while lo < hi: the search ends on the same "
+        "longest prompt",
 }
 
 _BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
@@ -162,12 +243,22 @@ _SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDi
             ast.Is: "is", ast.IsNot: "is not", ast.And: "and", ast.Or: "or"}
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Mutant:
     file: str
     index: int  #: the index of the mutation point in the file's walk
     line: int
     change: str
+    text: str = ""  #: the mutated line's source, stripped
+    #: 1, 2, ... in source order among the file's mutants of the same ``text`` and ``change``
+    #: where there are several (0 where the pair is unique)
+    occurrence: int = 0
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What :data:`EQUIVALENT` is keyed by: stable under edits elsewhere in the file."""
+        return (self.file, self.text,
+                f"{self.change} #{self.occurrence}" if self.occurrence else self.change)
 
 
 def _skipped(tree: ast.AST) -> set[int]:
@@ -239,9 +330,31 @@ class _Apply(ast.NodeTransformer):
 
 
 def mutants(file: str) -> list[Mutant]:
-    tree = ast.parse((ROOT / file).read_text(encoding="utf-8"))
-    return [Mutant(file, i, getattr(node, "lineno", 0), change)
-            for i, (node, change, _) in enumerate(_points(tree))]
+    source = (ROOT / file).read_text(encoding="utf-8")
+    lines = source.splitlines()
+    found = []
+    for i, (node, change, _) in enumerate(_points(ast.parse(source))):
+        line = getattr(node, "lineno", 0)
+        text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        found.append((Mutant(file, i, line, change, text), getattr(node, "col_offset", 0)))
+    # Mutants whose line text and change are alike (a repeated line, a line with two 1s) are
+    # told apart by their order in the file.
+    same: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
+    for m, col in found:
+        same.setdefault((m.text, m.change), []).append((m.line, col, m.index))
+    rank = {}
+    for places in same.values():
+        if len(places) > 1:
+            rank.update({index: n for n, (_, _, index) in enumerate(sorted(places), 1)})
+    return [dataclasses.replace(m, occurrence=rank.get(m.index, 0)) for m, _ in found]
+
+
+def stale_equivalents(files: tuple[str, ...] | None = None) -> list[tuple[str, str, str]]:
+    """The :data:`EQUIVALENT` keys (of ``files``, or all) that match no mutant any more: the
+    line was edited or removed, so the explanation must be checked and moved or dropped."""
+    wanted = {f for f, _, _ in EQUIVALENT} if files is None else set(files)
+    keys = {m.key for f in wanted if (ROOT / f).is_file() for m in mutants(f)}
+    return [key for key in EQUIVALENT if key[0] in wanted and key not in keys]
 
 
 def mutated_source(mutant: Mutant) -> str:
@@ -322,11 +435,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the mutants; run nothing")
     args = parser.parse_args(argv)
     names = args.module or list(MODULES)
+    files = tuple(f for name in names for f in MODULES[name][0])
     if args.list:
         for name in names:
             for f in MODULES[name][0]:
                 for m in mutants(f):
-                    print(f"{name}\t{m.file}:{m.line}\t{m.change}")
+                    print(f"{name}\t{m.file}:{m.line}\t{m.change}"
+                          + ("\tequivalent" if m.key in EQUIVALENT else ""))
+        _print_stale(files if args.module else None)
         return 0
     results = {}
     with tempfile.TemporaryDirectory(prefix="dse-mutation-") as folder:
@@ -334,15 +450,24 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             results[name] = run_module(name, repo, args.max, args.seed,
                                        set(args.at) if args.at else None)
-    print("\nmodule      killed / run   share")
+    print("\nmodule      killed / run   share   survivors explained")
     for name, (ran, survivors) in results.items():
         killed = ran - len(survivors)
-        print(f"{name:<11} {killed:>6} / {ran:<5} {killed / ran if ran else float('nan'):7.1%}")
+        explained = sum(m.key in EQUIVALENT for m in survivors)
+        print(f"{name:<11} {killed:>6} / {ran:<5} {killed / ran if ran else float('nan'):7.1%}"
+              f"   {explained} / {len(survivors)}")
         for m in survivors:
-            why = EQUIVALENT.get((m.file, m.line, m.change))
+            why = EQUIVALENT.get(m.key)
             print(f"    survived {m.file}:{m.line}: {m.change}"
-                  + (f" (equivalent: {why})" if why else ""))
+                  + (f" (equivalent: {why})" if why else f"\n        unexplained; key {m.key!r}"))
+    _print_stale(files if args.module else None)
     return 0
+
+
+def _print_stale(files: tuple[str, ...] | None) -> None:
+    for key in stale_equivalents(files):
+        print(f"stale EQUIVALENT entry, matching no mutant (its line was edited or removed; "
+              f"check it, then move or drop it): {key!r}")
 
 
 if __name__ == "__main__":

@@ -376,3 +376,83 @@ def test_a_vector_op_carries_no_sparsity_whatever_the_design():
     assert (config.loc[vector, "sparsity"] == 0.0).all()
     assert (config.loc[vector, "block"] == 0).all()
     assert (config.loc[config["family"] == "nm", "sparsity"] == 0.5).all()
+
+
+def test_conv_inputs_by_hand():
+    """with_conv_inputs: a benchmarked convolution's input over the batch from its note (N x C
+    x H x W), a traced one's from its trace op (per sample) times the row's batch; 0 for other
+    rows, for a traced op the trace lacks, and without the run columns for traced rows."""
+    from dse.calibrate.features import with_conv_inputs
+
+    frame = pd.DataFrame({
+        "kind": ["conv", "conv", "conv:image", "linear", "conv", "conv", "matmul"],
+        # one output channel is still a convolution
+        "m": [1, 64, 96, 8, 64, 64, 4],
+        "variant": ["input 2x3x5x7, kernel 1x1 stride 1 padding 0 groups 1",
+                    "input 8x64x56x56, kernel 3x3 stride 1 padding 1 groups 1",
+                    "input 1x3x224x224, kernel 4x4 stride 4 padding 0 groups 1",
+                    "input 8x64x56x56, kernel 3x3 stride 1 padding 1 groups 1", "", "", ""],
+        "source": ["benchmark"] * 4 + ["trace"] * 3,
+        "model": ["", "", "", "", "resnet50", "resnet50", "resnet50"],
+        "op": ["", "", "", "", "layer1.0.conv2", "no.such.op", "fc"],
+        "batch": [2, 8, 1, 8, 4, 4, 4]})
+    # layer1.0.conv2 of ResNet-50 reads 64 x 56 x 56 per sample
+    expected = [2 * 3 * 5 * 7, 8 * 64 * 56 * 56, 3 * 224 * 224, 0, 4 * 64 * 56 * 56, 0, 0]
+    assert with_conv_inputs(frame)["input_elems"].tolist() == expected
+    # a frame built by hand, without the model, op and batch columns: the notes still count
+    bare = with_conv_inputs(frame.drop(columns=["model", "op", "batch"]))
+    assert bare["input_elems"].tolist() == expected[:4] + [0, 0, 0]
+    # no convolution at all: every row 0
+    assert with_conv_inputs(frame.iloc[3:4])["input_elems"].tolist() == [0.0]
+
+
+def test_conv_geometry_at_one_element_and_one_pixel():
+    """The smallest convolutions still have a geometry: one input element and one output
+    pixel (a 1x1 over one channel of one pixel), and a 1x1 over 64 channels of a 1x1 map at
+    batch 1 (n = 1); a convolution without outputs (n = 0) has none (0, not infinite)."""
+    frame = pd.DataFrame({
+        "m": [1, 10, 10], "k": [1, 64, 64], "n": [1, 1, 0], "groups": 1, "sparsity": 0.0,
+        "block": 0, "flops": 1.0, "bytes": 1.0, "kind": "conv", "input_elems": [1, 64, 64],
+        "batch": [1, 1, 1]})
+    x = feature_matrix(frame, units=132, tile=128)
+    geometry = [FEATURES.index(c) for c in ("log_input_per_out", "log_window", "log_batch")]
+    # input per output pixel 1 and 64, window K / that = 1 and 1, batch 1
+    np.testing.assert_allclose(np.expm1(x[:, geometry]), [[1, 1, 1], [64, 1, 1], [0, 0, 0]])
+    assert np.isfinite(x).all()
+
+
+def test_a_frame_without_batch_has_batch_0():
+    """training_rows on a frame built without the run columns: batch 0, which the geometry
+    reads as unknown (log_batch 0) while the note's input still counts."""
+    note = "input 8x64x56x56, kernel 3x3 stride 1 padding 1 groups 1"
+    frame = pd.DataFrame([{
+        "error": "", "family": "dense", "kind": "conv", "groups": 1, "sparsity": 0.0,
+        "block": 0, "format": "dense", "implementation": "a", "min_s": 1.0, "median_s": 1.0,
+        "idle": True, "flops": 1.0, "bytes": 1.0, "sol_s": 0.1, "m": 64, "k": 576,
+        "n": 8 * 56 * 56, "source": "benchmark", "op": "c", "note": note}])
+    rows = training_rows(frame)
+    assert rows["batch"].tolist() == [0]
+    assert rows["input_elems"].tolist() == [8 * 64 * 56 * 56]
+    x = feature_matrix(rows, units=132, tile=128)
+    assert x[0, FEATURES.index("log_batch")] == 0.0
+    np.testing.assert_allclose(np.expm1(x[0, FEATURES.index("log_window")]), 9.0)
+
+
+def test_conv_kind_edges():
+    """Up to IMAGE_CHANNELS = 4 input channels (RGB, RGBA) a convolution reads an image; 5 or
+    more, or an unknown count (0), is a convolution; other kinds pass through."""
+    from dse.calibrate.features import IMAGE_CHANNELS, conv_kind
+
+    assert IMAGE_CHANNELS == 4
+    assert [conv_kind("conv", c) for c in (0, 1, 3, 4, 5, 64)] == [
+        "conv", "conv:image", "conv:image", "conv:image", "conv", "conv"]
+    assert conv_kind("linear", 3) == "linear"
+
+
+def test_the_later_kind_codes_are_the_ones_the_shipped_predictors_learned():
+    """As test_kind_codes_are_the_ones_the_shipped_predictors_learned, for the kinds added
+    since (data movement, the image convolution, fp32 products, the strided add): renumbering
+    one, or giving two the same code, prices one as the other without any error."""
+    kinds = ("other", "other:roll", "other:pad", "other:gather", "conv:image", "matmul:fp32",
+             "softmax:fp32", "elementwise:strided")
+    assert [kind_code(k) for k in kinds] == [9, 10, 11, 12, 13, 14, 15, 16]
