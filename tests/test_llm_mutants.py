@@ -10,6 +10,9 @@ import json
 
 import pytest
 
+# The tiny configurations of tests/test_llm_trace.py: hidden 8, 4 query heads and 2 KV heads of
+# head_dim 3, MLP 5, 2 layers, vocabulary 11; one MoE layer of 4 experts, 2 per token.
+from tests.test_llm_trace import TINY, TINY_MOE
 from workloads.llm import (
     LLMConfigError,
     _band,
@@ -21,17 +24,6 @@ from workloads.llm import (
     load_llm_config,
 )
 from workloads.trace import MAX_PER_SAMPLE
-
-# As in tests/test_llm_trace.py: hidden 8, 4 query heads and 2 KV heads of head_dim 3, MLP 5,
-# 2 layers, vocabulary 11.
-TINY = {"model_type": "llama", "hidden_size": 8, "intermediate_size": 5, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 3, "vocab_size": 11,
-        "max_position_embeddings": 64}
-# One MoE layer of 4 experts, 2 per token; head_dim 8 / 4 = 2.
-TINY_MOE = {"model_type": "mixtral", "hidden_size": 8, "intermediate_size": 5,
-            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "vocab_size": 11, "max_position_embeddings": 64, "num_local_experts": 4,
-            "num_experts_per_tok": 2}
 
 COLUMNS = ("kind", "m", "k", "n", "groups", "weight_elems", "input_elems", "output_elems",
            "vector_flops", "prunable")
