@@ -73,6 +73,7 @@ __all__ = [
     "llm_names",
     "llm_trace",
     "load_llm_config",
+    "touched_share",
 ]
 
 LLM_CONFIGS_DIR = Path(__file__).parent / "llm_configs"
@@ -377,12 +378,20 @@ def _band(tokens: int, window: int | None) -> tuple[int, int]:
     return (span, other // 2) if other % 2 == 0 else (span // 2, other)
 
 
+def touched_share(num_experts, experts_per_token, tokens):
+    """The share of ``num_experts`` experts (E > 0) that a batch of ``tokens`` tokens routes
+    to, in expectation, when each token picks ``experts_per_token`` (k) of them uniformly:
+    ``1 - (1 - k/E)^T``. Numbers or numpy arrays alike (``dse.roofline.pricing`` prices the
+    weights an MoE layer's step reads by it)."""
+    return 1.0 - (1.0 - experts_per_token / num_experts) ** tokens
+
+
 def experts_touched(num_experts: int, experts_per_token: int, tokens: float) -> float:
     """Experts a batch of ``tokens`` tokens routes to, in expectation, when each token picks
     ``experts_per_token`` of ``num_experts`` uniformly: ``E x (1 - (1 - k/E)^T)``."""
     if num_experts == 0:
         return 0.0
-    return num_experts * (1.0 - (1.0 - experts_per_token / num_experts) ** tokens)
+    return num_experts * touched_share(num_experts, experts_per_token, tokens)
 
 
 # --- the trace -----------------------------------------------------------------------------------

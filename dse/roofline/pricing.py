@@ -16,6 +16,7 @@ import numpy as np
 
 from formats import Dense, Format, Unit, Unstructured
 from workloads import MODEL_INPUT, Trace
+from workloads.llm import touched_share
 
 from .fusion_rules import RuleTable
 from .numerics import Numerics
@@ -235,9 +236,10 @@ def weight_read_share(trace: Trace, ops, batch) -> np.ndarray | None:
     if routed is None:
         return None
     sets, per_token, tokens = (a[ops] for a in routed)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = 1.0 - (1.0 - per_token / sets) ** (np.asarray(batch, dtype=np.float64) * tokens)
-    return np.where(sets > 0, share, 1.0)
+    routed_op = sets > 0
+    share = touched_share(np.where(routed_op, sets, 1.0), per_token,
+                          np.asarray(batch, dtype=np.float64) * tokens)
+    return np.where(routed_op, share, 1.0)
 
 
 @dataclass(frozen=True, eq=False)
