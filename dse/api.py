@@ -1,10 +1,13 @@
 """The calls ``import dse`` gives that join engines: the bound and, given a device's kernel
 predictors, the calibrated expectation beside it, as the command line prints them.
 
-* :func:`evaluate`: every design's bound (``dse evaluate``), with ``calibrated`` the
-  expectation beside it (``dse evaluate --calibrated``);
-* :func:`evaluate_layers`: every op of every design (``dse evaluate --per-layer``), with
+* :func:`evaluate`: every design's bound with the columns ``dse evaluate --out`` writes
+  (energy, memory, a language model's tokens/s and KV cache, the number types), with
+  ``calibrated`` the expectation beside it (``dse evaluate --calibrated``);
+* :func:`evaluate_layers`: every op of every design (``dse evaluate --per-layer --out``), with
   ``calibrated`` each op's expectation beside its bound;
+* :func:`evaluation`: either of those tables with what the command prints beside it (the op
+  rows the expectation sums, which GEMMs it extrapolates): an :class:`Evaluation`;
 * :func:`expected_ops`: every op of every design priced by kernel predictors, the rows the
   expectation sums;
 * :func:`expectation_coverage`: for a language model, which of those GEMMs the predictors
@@ -27,17 +30,23 @@ from formats import Format
 from formats import parse as parse_format
 from workloads import Trace, load_trace
 
-from .calibrate.coverage import Coverage, coverage
+from .calibrate.coverage import Coverage, coverage, with_extrapolated_share
 from .calibrate.expected import expected_designs, expected_layers, op_configs
 from .calibrate.predictor import DevicePredictors, load_predictors
+from .design_columns import (
+    accelerators,
+    with_dtype_columns,
+    with_energy_and_memory,
+    with_language_model_columns,
+)
 from .roofline import DEFAULT_NUMERICS, EvaluationError, Numerics
 from .roofline import evaluate as evaluate_bound
 from .roofline import evaluate_layers as evaluate_layers_bound
 from .sim import SimConfig, Simulation, SimulationError
 from .sim import simulate as simulate_bound
 
-__all__ = ["CalibratedSimulation", "Predictors", "evaluate", "evaluate_layers",
-           "expectation_coverage", "expected_ops", "predictors", "simulate"]
+__all__ = ["CalibratedSimulation", "Evaluation", "Predictors", "evaluate", "evaluate_layers",
+           "evaluation", "expectation_coverage", "expected_ops", "predictors", "simulate"]
 
 #: Kernel predictors as the calls take them: a shipped name (``"h100-sxm"``,
 #: ``"cpu-amd-epyc-2c"``), a file written by ``dse calibrate --out``, or loaded ones.
@@ -78,7 +87,7 @@ def expected_ops(
     if backend == "exported":
         layers = evaluate_layers_bound(trace, hardware, formats, batches, fusion="unfused",
                                        scope=scope, numerics=numerics)
-        return expected_layers(layers, trace, device)
+        return expected_layers(layers, trace, device, numerics=numerics)
     from .calibrate.validate import torch_ran
 
     given = [formats] if isinstance(formats, str | Format) else list(formats)
@@ -94,7 +103,7 @@ def expected_ops(
                                        scope=scope, numerics=numerics)
         if name != "dense":
             layers = layers[layers["format"].astype(str) != "dense"].reset_index(drop=True)
-        parts.append(expected_layers(layers, ran, device))
+        parts.append(expected_layers(layers, ran, device, numerics=numerics))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -125,6 +134,99 @@ def expectation_coverage(
                     trace, device, numerics.dtype)
 
 
+@dataclass(frozen=True, eq=False)
+class Evaluation:
+    """What :func:`evaluation` returns: what ``dse evaluate`` writes and prints for one trace.
+
+    ``table``: the rows ``dse evaluate --out`` writes, column for column (one per design, or
+    with ``per_layer`` one per design and op; see :func:`evaluate` and
+    :func:`evaluate_layers`). ``expected``: the op rows the expectation sums
+    (:func:`expected_ops`), None without predictors. ``coverage``: for a calibrated language
+    model, which of its GEMMs the predictors extrapolate (:func:`expectation_coverage`),
+    else None. ``predictors``: the loaded predictor set, None without one. ``numerics``: the
+    number types every row was priced in."""
+
+    table: pd.DataFrame
+    trace: Trace
+    numerics: Numerics = DEFAULT_NUMERICS
+    expected: pd.DataFrame | None = None
+    coverage: Coverage | None = None
+    predictors: DevicePredictors | None = None
+
+
+def evaluation(
+    trace: Trace | str,
+    hardware: Accelerator | str | Sequence[Accelerator | str],
+    formats: Format | str | Sequence[Format | str],
+    batches: int | Sequence[int] = 1,
+    fusion: str | Sequence[str] = "unfused",
+    scope: str | Sequence[str] = "gemm",
+    numerics: Numerics = DEFAULT_NUMERICS,
+    calibrated: Predictors | None = None,
+    backend: str = "exported",
+    per_layer: bool = False,
+    categorical: bool = False,
+    cache: str = "cold",
+) -> Evaluation:
+    """Evaluate ``trace`` as ``dse evaluate`` does: the table its ``--out`` file holds (the
+    designs, or with ``per_layer`` their ops) and, with ``calibrated``, what it prints beside
+    it (the op rows the expectation sums and, for a language model, its coverage). Arguments
+    as for :func:`evaluate`; ``cache`` as for :func:`evaluate_layers` (per-layer only).
+
+    Refused (``EvaluationError``, one line): ``per_layer`` or ``calibrated`` with several
+    scopes, and ``per_layer`` with ``backend`` ``"torch"`` (the rows are the exported ops)."""
+    trace = trace if isinstance(trace, Trace) else load_trace(trace)
+    accs = accelerators(hardware)  # loaded once: the bound, energy and memory price the same
+    format_list = [formats] if isinstance(formats, Format | str) else list(formats)
+    batch_list = [batches] if isinstance(batches, int) else list(batches)
+    fusions = [fusion] if isinstance(fusion, str) else list(fusion)
+    scopes = [scope] if isinstance(scope, str) else list(scope)
+    language = bool(trace.provenance.get("phase"))
+    if per_layer and len(scopes) != 1:
+        raise EvaluationError("per-layer evaluation takes one scope; evaluate once per scope")
+    device = expected = covered = None
+    if calibrated is not None:
+        _check_calibrated(scopes, backend, per_layer)
+        device = predictors(calibrated)
+        expected = expected_ops(trace, accs, format_list, batch_list, device, scopes[0],
+                                numerics, backend)
+        if language:  # which GEMMs the predictors never timed (issue 24)
+            covered = coverage(expected, trace, device, numerics.dtype)
+    if per_layer:
+        table = pd.concat([evaluate_layers_bound(trace, accs, format_list, batch_list,
+                                                 fusion=f, scope=scopes[0], numerics=numerics,
+                                                 cache=cache)
+                           for f in fusions], ignore_index=True)
+        if expected is not None:
+            table = _with_expected_ops(table, expected)
+    else:
+        table = evaluate_bound(trace, accs, format_list, batch_list, fusion=fusions,
+                               scope=scopes, numerics=numerics, categorical=categorical)
+        if expected is not None:
+            table = expected_designs(table, expected)
+        table = with_energy_and_memory(table, trace, accs, format_list, batch_list, fusions,
+                                       scopes, numerics)
+        if language:  # tokens/s, time to first token, the KV cache and the memory fit with it
+            table = with_language_model_columns(table, trace, numerics)
+        if covered is not None:
+            table = with_extrapolated_share(table, covered)
+    # The number types every row was priced in, last, as every --out file names them.
+    table = with_dtype_columns(table, numerics, language)
+    return Evaluation(table=table, trace=trace, numerics=numerics, expected=expected,
+                      coverage=covered, predictors=device)
+
+
+def _check_calibrated(scopes: list[str], backend: str, per_layer: bool) -> None:
+    if len(scopes) != 1:
+        raise EvaluationError("calibrated evaluation takes one scope; call evaluate once per "
+                              "scope")
+    # Quantised weights and another KV-cache dtype are priced, said to be extrapolated
+    # (dse.calibrate.expected: extrapolated_dtype and the calibration notes).
+    if per_layer and backend != "exported":
+        raise EvaluationError(f"backend {backend} per layer: the per-layer rows are the "
+                              "exported trace's ops; use backend exported")
+
+
 def evaluate(
     trace: Trace | str,
     hardware: Accelerator | str | Sequence[Accelerator | str],
@@ -137,27 +239,36 @@ def evaluate(
     calibrated: Predictors | None = None,
     backend: str = "exported",
 ) -> pd.DataFrame:
-    """Speed-of-light latency of every design point, one row per design
-    (:func:`dse.roofline.evaluate`), and with ``calibrated`` the expectation beside it
-    (``backend``: the ops it prices, as :func:`expected_ops` reads them).
+    """Every design point of ``trace``, one row per design, with the columns
+    ``dse evaluate --out`` writes, in its order:
+
+    * the bound (:func:`dse.roofline.evaluate`: ``latency_s``, ``dense_latency_s``,
+      ``speedup``, ``bound``, traffic, fallbacks; alone, and faster, from there);
+    * with ``calibrated`` the expectation beside it (``backend``: the ops it prices, as
+      :func:`expected_ops` reads them): ``expected_latency_s``, ``expected_speedup``,
+      ``fraction_of_sol``, ``predictor``, ``validated_rmspe`` and ``calibration`` (how each
+      op was priced);
+    * energy, power and memory (:func:`dse.design_columns.with_energy_and_memory`:
+      ``energy_per_inference_j``, ``avg_power_w``, ``peak_memory_bytes``, ``fits``,
+      ``largest_batch_that_fits``, ...);
+    * for a language-model step (a trace with a ``phase``),
+      :func:`dse.design_columns.language_model_columns`: ``phase``, ``context``,
+      ``tokens_per_s``, ``time_per_token_s``, ``ttft_s``, ``kv_bytes_per_token``,
+      ``kv_cache_bytes``, ``params``, ``max_batch`` (and calibrated, their expected side and
+      ``expected_extrapolated_share``, the share of the expected GEMM time the predictors
+      extrapolated);
+    * last, the number types (:func:`dse.design_columns.with_dtype_columns`: ``dtype``,
+      ``vector_dtype``, ``csr_dtype``, ``index_bytes``, ``weight_dtype`` and, for a language
+      model, ``kv_dtype``).
 
     ``calibrated``: a device's kernel predictors: a shipped name (``"h100-sxm"``,
     ``"cpu-amd-epyc-2c"``), a file written by ``dse calibrate --out``, or loaded
-    :class:`dse.calibrate.predictor.DevicePredictors`. Adds ``expected_latency_s``,
-    ``expected_speedup``, ``fraction_of_sol``, ``predictor``, ``validated_rmspe`` and
-    ``calibration`` (how each op was priced): the same numbers as
+    :class:`dse.calibrate.predictor.DevicePredictors`: the same numbers as
     ``dse evaluate --calibrated``. The expectation prices kernels as they exist, one op at a
-    time, so it is unfused whatever ``fusion`` says; it is an expectation, never a bound."""
-    table = evaluate_bound(trace, hardware, formats, batches, fusion=fusion, scope=scope,
-                           numerics=numerics, categorical=categorical)
-    if calibrated is None:
-        return table
-    scopes = [scope] if isinstance(scope, str) else list(scope)
-    if len(scopes) != 1:
-        raise EvaluationError("calibrated evaluation takes one scope; call evaluate once per "
-                              "scope")
-    return expected_designs(table, expected_ops(trace, hardware, formats, batches, calibrated,
-                                                scopes[0], numerics, backend))
+    time, so it is unfused whatever ``fusion`` says; it is an expectation, never a bound.
+    :func:`evaluation` gives the same table with the op rows the expectation sums."""
+    return evaluation(trace, hardware, formats, batches, fusion, scope, numerics, calibrated,
+                      backend, categorical=categorical).table
 
 
 #: The columns the expectation adds to each op of :func:`evaluate_layers`.
@@ -175,21 +286,21 @@ def evaluate_layers(
     cache: str = "cold",
     calibrated: Predictors | None = None,
 ) -> pd.DataFrame:
-    """Per-op costs of every design point, one row per (design, op)
-    (:func:`dse.roofline.evaluate_layers`; ``fusion`` may name several fusion models, whose
-    rows follow one another), and with ``calibrated`` each op's expectation beside its bound:
-    ``expected_s`` (seconds), ``predictor``, ``kernel``, ``validated_rmspe``,
-    ``calibration`` and ``fraction_of_sol`` (the op's bound over its expectation), as
-    ``dse evaluate --per-layer --calibrated`` prints them. Kernels are priced one op at a
-    time, so every fusion model's row of an op carries the op's unfused expectation."""
-    fusions = [fusion] if isinstance(fusion, str) else list(fusion)
-    trace = trace if isinstance(trace, Trace) else load_trace(trace)
-    table = pd.concat([evaluate_layers_bound(trace, hardware, formats, batches, fusion=f,
-                                             scope=scope, numerics=numerics, cache=cache)
-                       for f in fusions], ignore_index=True)
-    if calibrated is None:
-        return table
-    ops = expected_ops(trace, hardware, formats, batches, calibrated, scope, numerics)
+    """Per-op costs of every design point, one row per (design, op), with the columns
+    ``dse evaluate --per-layer --out`` writes: the bound's (:func:`dse.roofline.evaluate_layers`;
+    ``fusion`` may name several fusion models, whose rows follow one another), with
+    ``calibrated`` each op's expectation beside it (``expected_s``, seconds, ``predictor``,
+    ``kernel``, ``validated_rmspe``, ``calibration`` and ``fraction_of_sol``, the op's bound
+    over its expectation), and last the number types (``dtype``, ``vector_dtype``,
+    ``csr_dtype``, ``index_bytes``, ``weight_dtype``; ``kv_dtype`` for a language model).
+    Kernels are priced one op at a time, so every fusion model's row of an op carries the
+    op's unfused expectation."""
+    return evaluation(trace, hardware, formats, batches, fusion, scope, numerics, calibrated,
+                      per_layer=True, cache=cache).table
+
+
+def _with_expected_ops(table: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """The op rows of ``table`` with their expectation from ``ops`` (:func:`expected_ops`)."""
     keys = ["hardware", "format", "batch", "op"]
     right = ops[keys + list(EXPECTED_OP_COLUMNS)].drop_duplicates(keys)
     out = table.merge(right, on=keys, how="left")
@@ -253,7 +364,7 @@ def simulate(
     layers = evaluate_layers_bound(trace, acc, fmt, batch, fusion="unfused", scope=scope,
                                    numerics=numerics)
     layers = layers[layers["format"] == fmt.name].reset_index(drop=True)  # not dense's
-    priced = expected_layers(layers, trace, device)
+    priced = expected_layers(layers, trace, device, numerics=numerics)
     priced["family"] = op_configs(layers, trace)["key"].to_numpy()
     result = simulate_bound(trace, acc, fmt, batch, fusion, scope, config, numerics,
                             progress=progress,

@@ -19,7 +19,7 @@ from accelerator_models import Accelerator
 from formats import Format
 from workloads import Trace, load_trace
 
-from .api import Predictors, evaluate, expected_ops, predictors
+from .api import Predictors, expected_ops, predictors
 from .calibrate.expected import expected_designs
 from .calibrate.predictor import DevicePredictors
 from .design_columns import (
@@ -28,7 +28,7 @@ from .design_columns import (
     with_energy_and_memory,
     with_language_model_columns,
 )
-from .roofline import DEFAULT_NUMERICS, Numerics
+from .roofline import DEFAULT_NUMERICS, Numerics, evaluate  # the bound alone
 
 __all__ = ["Comparison", "compare"]
 

@@ -3,9 +3,11 @@ print and write: energy, power and memory (:func:`with_energy_and_memory`), and 
 a language-model step (:func:`language_model_columns`): tokens/s, time to first token, the KV
 cache and what fits in DRAM.
 
+:func:`dse.evaluate` returns them all; these add them to the bound alone:
+
 >>> import dse
 >>> from dse.design_columns import with_energy_and_memory
->>> table = dse.evaluate("toy_hybrid", "a100", ["2:4"])
+>>> table = dse.roofline.evaluate("toy_hybrid", "a100", ["2:4"])
 >>> more = with_energy_and_memory(table, "toy_hybrid", "a100", ["2:4"], [1], ["unfused"], "gemm")
 >>> "energy_per_inference_j" in more, "peak_memory_bytes" in more
 (True, True)
@@ -48,16 +50,18 @@ def accelerators(hardware: Accelerator | str | Sequence[Accelerator | str]) -> l
 def with_energy_and_memory(table: pd.DataFrame, trace: Trace | str,
                            hardware: Accelerator | str | Sequence[Accelerator | str],
                            formats: Sequence[Format | str], batches: Sequence[int],
-                           fusions: Sequence[str], scope: str,
+                           fusions: Sequence[str], scope: str | Sequence[str],
                            numerics: Numerics = DEFAULT_NUMERICS) -> pd.DataFrame:
-    """``table`` (the design rows :func:`dse.evaluate` gives for ``trace``, ``hardware``,
-    ``formats``, ``batches``, ``fusions`` and ``scope``) with the energy and power columns
-    (``energy_per_inference_j``, ``avg_power_w``, ``power_capped``, ...; joules and watts) and
-    the memory columns (``peak_memory_bytes``, ``fits``, ``largest_batch_that_fits``)."""
+    """``table`` (the design rows :func:`dse.roofline.evaluate` gives for ``trace``,
+    ``hardware``, ``formats``, ``batches``, ``fusions`` and ``scope``, one or several) with the
+    energy and power columns (``energy_per_inference_j``, ``avg_power_w``, ``power_capped``,
+    ...; joules and watts) and the memory columns (``peak_memory_bytes``, ``fits``,
+    ``largest_batch_that_fits``). :func:`dse.evaluate` returns them already."""
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
     accs = accelerators(hardware)
+    scopes = [scope] if isinstance(scope, str) else list(scope)
     layers = evaluate_layer_frames(trace, accs, list(formats), list(batches), list(fusions),
-                                   [scope], numerics)
+                                   scopes, numerics)
     table = energy_frame(table, layers, trace, accs, numerics)
     return memory_frame(table, layers, trace, accs, numerics)
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from accelerator_models import Accelerator
 from dse.accuracy import DEFAULT_TABLE, AccuracyTable, attach_accuracy, load_accuracy_table
-from dse.api import Predictors, evaluate, expected_ops, predictors
+from dse.api import Predictors, expected_ops, predictors
 from dse.calibrate.expected import expected_designs
 from dse.calibrate.predictor import CalibrationError, DevicePredictors
 from dse.comparison import Comparison
@@ -32,7 +32,13 @@ from dse.design_columns import (
 )
 from dse.measure.dataset import concat, load_dataset
 from dse.measure.errors import DatasetError
-from dse.roofline import DEFAULT_NUMERICS, NO_ENERGY_FIGURES, Numerics, evaluate_layers
+from dse.roofline import (
+    DEFAULT_NUMERICS,
+    NO_ENERGY_FIGURES,
+    Numerics,
+    evaluate,
+    evaluate_layers,
+)
 from formats import Format
 from workloads import Trace, load_trace
 

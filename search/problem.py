@@ -163,12 +163,6 @@ class Problem:
                                 weight_group_size=s.weight_group_size, kv_dtype=s.kv_dtype)
         except NumericsError as exc:
             raise SearchError(f"search space {s.where}: numerics: {exc}") from None
-        if self.settings.extra.get("calibrated") and (numerics.quantised
-                                                      or s.kv_dtype is not None):
-            option = "--weight-dtype" if numerics.quantised else "--kv-dtype"
-            raise SearchError(f"{option} with --calibrated: the kernel predictors were "
-                              f"measured with weights and KV cache in {numerics.dtype}, so they "
-                              f"cannot price other dtypes; leave out {option} or --calibrated")
         return numerics
 
     def _table(self) -> AccuracyTable | LLMAccuracyTable:

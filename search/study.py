@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from dse.calibrate.predictor import load_predictors, shipped_predictors
+from dse.design_columns import with_dtype_columns
 from dse.explore import EVALUATORS
 from dse.output import FileSet, OutputError, write_atomic, write_table
 from dse.sim import SimConfig
@@ -802,6 +803,9 @@ def collect(problem: Problem, storage: Storage, study: str, out: Path,
     results = _order_columns(rank(frame, problem.objective, problem.speed,
                                   lower_is_better=problem.lower_is_better),
                              problem.knob_columns)
+    # The number types every design was priced in, last, as summary.json and the files of
+    # dse evaluate, sweep and report name them (a space does not mix language models).
+    results = with_dtype_columns(results, problem.numerics, problem.language)
     # Every design in enumeration order; the ranked ones, best first per model and batch.
     ranks = results["rank"].to_numpy(dtype=np.float64, na_value=np.nan)
     hit = np.flatnonzero(~np.isnan(ranks))

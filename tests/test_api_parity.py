@@ -1,7 +1,9 @@
-"""The Python API on a par with the command line (issue 25): ``dse.simulate``, ``dse.compare``,
-``reports.design_report`` and ``search.run_search`` give, for the same design, the numbers
-that ``dse simulate``, ``dse compare``, ``dse report`` and ``dse search`` print and write, to
-1e-12; and their results are typed."""
+"""The Python API on a par with the command line (issue 25): ``dse.evaluate``,
+``dse.evaluate_layers``, ``dse.simulate``, ``dse.compare``, ``reports.design_report`` and
+``search.run_search`` give, for the same design, the numbers that ``dse evaluate``,
+``dse simulate``, ``dse compare``, ``dse report`` and ``dse search`` print and write, to
+1e-12 (``dse evaluate --out``: column for column, none missing on either side); and their
+results are typed."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ import pandas as pd
 import pytest
 
 import dse
-from dse.design_columns import with_dtype_columns
+from dse.design_columns import DTYPE_COLUMNS
 from dse.output import format_seconds
 from tests.cli_run import run_cli
 from tests.search_spaces import space_text, write_space
+from workloads import load_model
 
 RTOL = 1e-12
 
@@ -228,26 +231,268 @@ def test_expected_ops_are_what_the_expectation_sums():
                                                        rel=RTOL)
 
 
-# --- evaluate, per op -------------------------------------------------------------------------
+# --- evaluate: the --out file, column for column ---------------------------------------------
 
 
-def test_calibrated_layers_equal_the_command_line(tmp_path, capsys):
-    out = tmp_path / "layers.parquet"
-    assert run_cli(["evaluate", "--model", "toy_hybrid", "--hw", "a100", "--format", "2:4",
-                    "--batch", "8", "--fusion", "unfused", "--fusion", "fused", "--per-layer",
-                    "--calibrated", "h100-sxm", "--out", str(out)]) == 0
+def _labels(series: pd.Series) -> list:
+    return [None if pd.isna(v) else str(v) for v in series.astype(object)]
+
+
+def _is_number(series: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
+
+
+def _same_frame(python: pd.DataFrame, cli: pd.DataFrame) -> None:
+    """The library's frame is the ``--out`` file: the same columns in the same order, numbers
+    equal to 1e-12 relative (NaN where NaN), every other cell equal as text (None where
+    missing)."""
+    missing = sorted(set(cli.columns) - set(python.columns))
+    extra = sorted(set(python.columns) - set(cli.columns))
+    assert not missing and not extra, f"only in the file: {missing}; only in Python: {extra}"
+    assert list(python.columns) == list(cli.columns)
+    assert len(python) == len(cli) > 0
+    for column in cli.columns:
+        mine, theirs = python[column], cli[column]
+        if _is_number(mine) or _is_number(theirs):
+            np.testing.assert_allclose(mine.to_numpy(dtype=np.float64, na_value=np.nan),
+                                       theirs.to_numpy(dtype=np.float64, na_value=np.nan),
+                                       rtol=RTOL, atol=0.0, equal_nan=True, err_msg=column)
+        else:
+            assert _labels(mine) == _labels(theirs), column
+
+
+def test_the_comparison_fails_on_any_difference():
+    frame = pd.DataFrame({"format": ["dense", "2:4"], "latency_s": [2.0e-3, 1.25e-3],
+                          "fits": pd.array([True, pd.NA], dtype="boolean")})
+    _same_frame(frame, frame.copy())
+    for changed in (frame.drop(columns="fits"),  # a column missing from Python
+                    frame.assign(kv_dtype="fp16"),  # one missing from the file
+                    frame[["latency_s", "format", "fits"]],  # in another order
+                    frame.assign(latency_s=[2.0e-3, 1.25e-3 * (1 + 1e-9)]),
+                    frame.assign(format=["dense", "1:4"]),
+                    frame.assign(fits=pd.array([True, False], dtype="boolean"))):
+        for python, cli in ((changed, frame), (frame, changed)):
+            with pytest.raises(AssertionError):
+                _same_frame(python, cli)
+
+
+LLAMA_DECODE = ["--model", "llama-3-8b", "--phase", "decode", "--context", "2048"]
+LLAMA = ("llama-3-8b", "decode", 2048)
+
+#: (dse evaluate's options, dse.evaluate's arguments): the trace as a shipped name, or
+#: (model, phase, context) for a language model; the command's scope for one is "all".
+EVALUATE_CASES = [
+    pytest.param(["--model", "resnet50", "--hw", "a100", "--format", "dense", "--batch", "1",
+                  "--batch", "8"],
+                 {"trace": "resnet50", "hardware": "a100", "formats": ["dense"],
+                  "batches": [1, 8]}, id="timm-dense"),
+    pytest.param(["--model", "resnet50", "--hw", "a100,h100-sxm", "--format", "2:4",
+                  "--batch", "1", "--batch", "8", "--fusion", "unfused", "--fusion", "fused"],
+                 {"trace": "resnet50", "hardware": ["a100", "h100-sxm"], "formats": ["2:4"],
+                  "batches": [1, 8], "fusion": ["unfused", "fused"]}, id="timm-2:4"),
+    pytest.param(["--model", "deit_small_patch16_224", "--hw", "a100", "--format", "2:4",
+                  "--format", "block4@75%", "--batch", "1", "--batch", "32", "--calibrated",
+                  "h100-sxm"],
+                 {"trace": "deit_small_patch16_224", "hardware": "a100",
+                  "formats": ["2:4", "block4@75%"], "batches": [1, 32],
+                  "calibrated": "h100-sxm"}, id="timm-calibrated"),
+    pytest.param([*LLAMA_DECODE, "--hw", "h100-sxm", "--format", "2:4", "--batch", "1",
+                  "--batch", "16", "--weight-dtype", "int4"],
+                 {"trace": LLAMA, "hardware": "h100-sxm", "formats": ["2:4"],
+                  "batches": [1, 16], "scope": "all", "numerics": dse.Numerics(
+                      weight_dtype="int4")}, id="llm-decode-int4"),
+    pytest.param([*LLAMA_DECODE, "--hw", "h100-sxm", "--format", "2:4", "--batch", "1",
+                  "--batch", "8", "--calibrated", "h100-sxm"],
+                 {"trace": LLAMA, "hardware": "h100-sxm", "formats": ["2:4"], "batches": [1, 8],
+                  "scope": "all", "calibrated": "h100-sxm"}, id="llm-decode-calibrated"),
+    # Quantised weights priced by predictors timed in fp16: said to be extrapolated.
+    pytest.param([*LLAMA_DECODE, "--hw", "h100-sxm", "--format", "2:4", "--batch", "4",
+                  "--weight-dtype", "int4", "--calibrated", "h100-sxm"],
+                 {"trace": LLAMA, "hardware": "h100-sxm", "formats": ["2:4"], "batches": 4,
+                  "scope": "all", "numerics": dse.Numerics(weight_dtype="int4"),
+                  "calibrated": "h100-sxm"}, id="llm-decode-int4-calibrated"),
+    pytest.param(["--model", "llama-3-8b", "--phase", "prefill", "--context", "512", "--hw",
+                  "a100", "--format", "2:4", "--kv-dtype", "fp8"],
+                 {"trace": ("llama-3-8b", "prefill", 512), "hardware": "a100",
+                  "formats": ["2:4"], "scope": "all", "numerics": dse.Numerics(kv_dtype="fp8")},
+                 id="llm-prefill-kv-fp8"),
+]
+
+
+def _library(call, kwargs: dict) -> pd.DataFrame:
+    kwargs = dict(kwargs)
+    trace = kwargs.pop("trace")
+    return call(load_model(*trace) if isinstance(trace, tuple) else trace, **kwargs)
+
+
+def _command(tmp_path, capsys, options: list[str]) -> pd.DataFrame:
+    out = tmp_path / "evaluate.parquet"
+    assert run_cli(["evaluate", *options, "--out", str(out)]) == 0
     capsys.readouterr()
-    cli = pd.read_parquet(out)
-    got = dse.evaluate_layers("toy_hybrid", "a100", "2:4", 8, fusion=["unfused", "fused"],
-                              calibrated="h100-sxm")
-    # The file also names the number types it priced (dse.design_columns.with_dtype_columns).
-    assert list(with_dtype_columns(got).columns) == list(cli.columns)
-    assert got["op"].tolist() == cli["op"].tolist()
-    _same_numbers(got, cli, ["time_s", "expected_s", "fraction_of_sol", "validated_rmspe"])
-    # Each fusion model's row of an op carries the op's one (unfused) expectation.
-    per_op = got.groupby(["format", "op"])["expected_s"].nunique()
-    assert (per_op == 1).all()
-    plain = dse.evaluate_layers("toy_hybrid", "a100", "2:4", 8)
-    assert "expected_s" not in plain
-    pd.testing.assert_frame_equal(plain, dse.roofline.evaluate_layers("toy_hybrid", "a100",
-                                                                      "2:4", 8))
+    return pd.read_parquet(out)
+
+
+@pytest.mark.parametrize(("options", "kwargs"), EVALUATE_CASES)
+def test_evaluate_equals_the_out_file(tmp_path, capsys, options, kwargs):
+    cli = _command(tmp_path, capsys, options)
+    got = _library(dse.evaluate, kwargs)
+    _same_frame(got, cli)
+    # What the file holds beyond the bound is there, by name, before the number types.
+    assert {"energy_per_inference_j", "avg_power_w", "peak_memory_bytes", "fits",
+            "largest_batch_that_fits"} <= set(got.columns)
+    language = isinstance(kwargs["trace"], tuple)
+    dtypes = [c for c in DTYPE_COLUMNS if language or c != "kv_dtype"]
+    assert list(got.columns[-len(dtypes):]) == dtypes
+    if kwargs.get("calibrated"):
+        assert {"expected_latency_s", "expected_speedup", "fraction_of_sol",
+                "validated_rmspe"} <= set(got.columns)
+    if language:
+        assert {"tokens_per_s", "ttft_s", "kv_bytes_per_token", "kv_cache_bytes", "params",
+                "weight_bytes", "max_batch"} <= set(got.columns)
+        assert ("expected_extrapolated_share" in got) == bool(kwargs.get("calibrated"))
+
+
+LAYER_CASES = [
+    pytest.param(["--model", "toy_hybrid", "--hw", "a100", "--format", "2:4", "--batch", "8",
+                  "--fusion", "unfused", "--fusion", "fused", "--calibrated", "h100-sxm"],
+                 {"trace": "toy_hybrid", "hardware": "a100", "formats": "2:4", "batches": 8,
+                  "fusion": ["unfused", "fused"], "calibrated": "h100-sxm"},
+                 id="toy-calibrated"),
+    pytest.param([*LLAMA_DECODE, "--hw", "h100-sxm", "--format", "2:4", "--weight-dtype",
+                  "int4"],
+                 {"trace": LLAMA, "hardware": "h100-sxm", "formats": ["2:4"], "scope": "all",
+                  "numerics": dse.Numerics(weight_dtype="int4")}, id="llm-decode-int4"),
+]
+
+
+@pytest.mark.parametrize(("options", "kwargs"), LAYER_CASES)
+def test_evaluate_layers_equals_the_out_file(tmp_path, capsys, options, kwargs):
+    cli = _command(tmp_path, capsys, [*options, "--per-layer"])
+    got = _library(dse.evaluate_layers, kwargs)
+    _same_frame(got, cli)
+    language = isinstance(kwargs["trace"], tuple)
+    assert got["weight_dtype"].unique().tolist() == (["int4 (group 128)"] if language
+                                                     else ["fp16"])
+    assert ("kv_dtype" in got) == language
+    # The bound's columns are dse.roofline.evaluate_layers' own; the rest follow them.
+    plain = {k: v for k, v in kwargs.items() if k not in ("calibrated", "fusion")}
+    bound = pd.concat([_library(dse.roofline.evaluate_layers, {**plain, "fusion": fusion})
+                       for fusion in kwargs.get("fusion", ["unfused"])], ignore_index=True)
+    pd.testing.assert_frame_equal(got[list(bound.columns)], bound)
+    if kwargs.get("calibrated"):
+        # Each fusion model's row of an op carries the op's one (unfused) expectation.
+        per_op = got.groupby(["format", "op"])["expected_s"].nunique()
+        assert (per_op == 1).all()
+        np.testing.assert_allclose(got["fraction_of_sol"], got["time_s"] / got["expected_s"],
+                                   rtol=RTOL)
+
+
+# --- evaluate: the new columns by value -------------------------------------------------------
+
+#: llama-3-8b: 32 layers x (K and V) x 8 KV heads x head_dim 128 elements per token.
+LLAMA_KV_ELEMS_PER_TOKEN = 32 * 2 * 8 * 128
+LLAMA_PARAMS = 8_030_261_248  # Meta's model card: 8.03 B
+
+
+def test_a_language_model_step_has_its_figures_by_value():
+    table = dse.evaluate(load_model(*LLAMA), "h100-sxm", ["2:4"], [1, 16], scope="all",
+                         numerics=dse.Numerics(weight_dtype="int4")).set_index(["format",
+                                                                                "batch"])
+    assert sorted(table.index) == [("2:4", 1), ("2:4", 16), ("dense", 1), ("dense", 16)]
+    batch = table.index.get_level_values("batch").to_numpy(dtype=np.float64)
+    assert (table["kv_bytes_per_token"] == LLAMA_KV_ELEMS_PER_TOKEN * 2).all()  # fp16 cache
+    np.testing.assert_array_equal(table["kv_cache_bytes"],
+                                  batch * 2048 * LLAMA_KV_ELEMS_PER_TOKEN * 2)
+    assert (table["params"] == LLAMA_PARAMS).all()
+    np.testing.assert_allclose(table["tokens_per_s"], batch / table["latency_s"], rtol=RTOL)
+    np.testing.assert_allclose(table["time_per_token_s"], table["latency_s"], rtol=RTOL)
+    assert table["ttft_s"].isna().all() and (table["phase"] == "decode").all()
+    assert (table["max_batch"] == table["largest_batch_that_fits"]).all()
+    np.testing.assert_allclose(table["energy_per_inference_j"], table["energy_j"] / batch,
+                               rtol=RTOL)
+    assert table[list(DTYPE_COLUMNS)].drop_duplicates().values.tolist() == [
+        ["fp16", "fp16", "fp32", 4, "int4 (group 128)", "fp16"]]
+    # Prefill with an fp8 cache: one byte an element, and the time to the first token.
+    prefill = dse.evaluate(load_model("llama-3-8b", "prefill", 512), "a100", ["2:4"],
+                           scope="all", numerics=dse.Numerics(kv_dtype="fp8"))
+    assert (prefill["kv_bytes_per_token"] == LLAMA_KV_ELEMS_PER_TOKEN).all()
+    np.testing.assert_allclose(prefill["ttft_s"], prefill["latency_s"], rtol=RTOL)
+    assert prefill["tokens_per_s"].isna().all() and (prefill["kv_dtype"] == "fp8").all()
+
+
+def test_a_timm_model_has_no_kv_dtype_and_prices_in_the_default_dtypes():
+    table = dse.evaluate("resnet50", "a100", ["2:4"], [1, 8])
+    assert "kv_dtype" not in table and "tokens_per_s" not in table
+    assert table[list(DTYPE_COLUMNS[:-1])].drop_duplicates().values.tolist() == [
+        ["fp16", "fp16", "fp32", 4, "fp16"]]
+    np.testing.assert_allclose(table["energy_per_inference_j"],
+                               table["energy_j"] / table["batch"], rtol=RTOL)
+    # The bound is dse.roofline.evaluate's, unchanged.
+    bound = dse.roofline.evaluate("resnet50", "a100", ["2:4"], [1, 8])
+    pd.testing.assert_frame_equal(table[list(bound.columns)], bound)
+
+
+def test_evaluation_gives_what_the_command_prints_beside_the_table():
+    from dse.api import Evaluation, evaluation
+
+    result = evaluation(load_model(*LLAMA), "h100-sxm", ["2:4"], [1, 8], scope="all",
+                        calibrated="h100-sxm")
+    assert isinstance(result, Evaluation) and result.predictors.name == "h100-sxm"
+    table = result.table
+    sums = result.expected.groupby(["format", "batch"])["expected_s"].sum()
+    for row in table.itertuples():
+        assert row.expected_latency_s == pytest.approx(sums[(row.format, row.batch)], rel=RTOL)
+    designs = result.coverage.designs
+    share = dict(zip(zip(designs["format"], designs["batch"], strict=True),
+                     result.coverage.share, strict=True))
+    for row in table.itertuples():
+        assert row.expected_extrapolated_share == pytest.approx(share[(row.format, row.batch)],
+                                                                rel=RTOL)
+        assert 0 < row.expected_extrapolated_share < 1
+    timm = evaluation("toy_hybrid", "a100", ["2:4"])
+    assert timm.expected is None and timm.coverage is None and timm.predictors is None
+
+
+def test_evaluate_refuses_what_it_cannot_price():
+    from dse.api import evaluation
+
+    with pytest.raises(dse.EvaluationError, match="one scope"):
+        dse.evaluate("toy_hybrid", "a100", ["2:4"], scope=["gemm", "all"],
+                     calibrated="h100-sxm")
+    with pytest.raises(dse.EvaluationError, match="one scope"):
+        evaluation("toy_hybrid", "a100", ["2:4"], scope=["gemm", "all"], per_layer=True)
+    with pytest.raises(dse.EvaluationError, match="backend torch per layer"):
+        evaluation("toy_hybrid", "a100", ["2:4"], calibrated="h100-sxm", backend="torch",
+                   per_layer=True)
+
+
+# --- search: results.parquet names its number types --------------------------------------------
+
+
+def test_search_results_carry_the_dtype_columns(tmp_path, capsys):
+    import json
+
+    options = [*LLAMA_DECODE, "--hw", "h100-sxm", "--batch", "1", "--weight-dtype", "int4",
+               "--kv-dtype", "fp8"]
+    assert run_cli(["search", *options, "--out", str(tmp_path / "llm")]) == 0
+    assert run_cli(["sweep", *options, "--format", "2:4", "--vary", "batch=1", "--out",
+                    str(tmp_path / "sweep.parquet")]) == 0
+    space = write_space(tmp_path, space_text())
+    assert run_cli(["search", "--space", str(space), "--out", str(tmp_path / "timm")]) == 0
+    capsys.readouterr()
+    want = {"dtype": "fp16", "vector_dtype": "fp16", "csr_dtype": "fp32", "index_bytes": 4,
+            "weight_dtype": "int4 (group 128)", "kv_dtype": "fp8"}
+    swept = pd.read_parquet(tmp_path / "sweep.parquet")
+    for name in ("results.parquet", "ranked.parquet"):
+        results = pd.read_parquet(tmp_path / "llm" / name)
+        assert list(results.columns[-len(DTYPE_COLUMNS):]) == list(DTYPE_COLUMNS)
+        assert len(results) > 0
+        for column, value in want.items():
+            assert results[column].tolist() == [value] * len(results), column
+            assert swept[column].unique().tolist() == [value], column  # the sweep's names
+    summary = json.loads((tmp_path / "llm" / "summary.json").read_text())
+    assert {c: summary[c] for c in DTYPE_COLUMNS} == want
+    timm = pd.read_parquet(tmp_path / "timm" / "results.parquet")
+    assert "kv_dtype" not in timm
+    assert timm[list(DTYPE_COLUMNS[:-1])].drop_duplicates().values.tolist() == [
+        ["fp16", "fp16", "fp32", 4, "fp16"]]

@@ -219,8 +219,6 @@ def test_evaluate_writes_quantised_figures(config, tmp_path, capsys):
     (["--dtype", "fp8", "--weight-dtype", "fp8", "--weight-group-size", "32"],
      "needs a quantised weight dtype"),
     (["--dtype", "int8", "--weight-dtype", "fp8"], "no narrower than the compute dtype int8"),
-    (["--weight-dtype", "int4", "--calibrated", "h100-sxm"],
-     "--weight-dtype with --calibrated"),
 ])
 def test_evaluate_refuses_in_one_line(config, args, message, tmp_path, capsys):
     out = tmp_path / "r.json"

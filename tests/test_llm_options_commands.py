@@ -118,8 +118,6 @@ def test_simulate_and_evaluate_agree(config, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--weight-group-size", "64"], "--weight-group-size 64: a group size is for quantised"),
-    (["--weight-dtype", "int4", "--calibrated", "h100-sxm"], "--weight-dtype with --calibrated"),
-    (["--kv-dtype", "fp8", "--calibrated", "h100-sxm"], "--kv-dtype with --calibrated"),
     (["--kv-dtype", "fp4"], "argument --kv-dtype: invalid choice: 'fp4'"),
     (["--dtype", "int8", "--weight-dtype", "fp8"], "no narrower than the compute dtype int8"),
 ])

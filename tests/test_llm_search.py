@@ -196,6 +196,26 @@ def test_int4_search_prices_the_quantised_weights(tmp_path):
     assert np.all(results["verdict"].astype(str) == "no target")
 
 
+def test_a_calibrated_int4_search_ranks_by_evaluates_marked_expectation(capsys, tmp_path):
+    """int4 weights were never timed: the search prices them as dse evaluate does (the fp16
+    kernels' fraction of the speed of light on the narrower bytes) and says so."""
+    out = tmp_path / "c"
+    assert run_cli(["search", *ARGS, "--weight-dtype", "int4", "--calibrated", "h100-sxm",
+                    "--hw", "h100-sxm", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "int4 weights never timed on h100-sxm: gemm extrapolated" in printed
+    assert "expectation extrapolated for llama-3-8b.decode.2048" in printed
+    results = pd.read_parquet(out / "results.parquet")
+    dense = results[results["format"].astype(str) == "dense"].iloc[0]
+    evaluated = tmp_path / "e.csv"
+    assert main(["evaluate", *ARGS, "--hw", "h100-sxm", "--weight-dtype", "int4",
+                 "--calibrated", "h100-sxm", "--out", str(evaluated)]) == 0
+    expected = pd.read_csv(evaluated).iloc[0]
+    assert dense["expected_latency_s"] == pytest.approx(expected["expected_latency_s"],
+                                                        rel=1e-9)
+    assert dense["latency_s"] == pytest.approx(expected["latency_s"], rel=1e-12)
+
+
 def test_fp8_search_against_the_published_fp8_baseline(capsys, tmp_path):
     out = tmp_path / "f"
     assert run_cli(["search", *ARGS, "--weight-dtype", "fp8", "--accuracy-metric",
@@ -234,8 +254,6 @@ def test_fp8_search_against_the_published_fp8_baseline(capsys, tmp_path):
     ([*ARGS, "--engine", "optuna"], "language models runs the exhaustive engine only"),
     ([*ARGS, "--hw", "no-such-gpu"], "no-such-gpu"),
     ([*ARGS, "--report", "rep"], "--report rep: the search report draws accuracy"),
-    ([*ARGS, "--weight-dtype", "int4", "--calibrated", "h100-sxm"],
-     "--weight-dtype with --calibrated"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(capsys, tmp_path, argv, needle):
     out = tmp_path / "out"

@@ -87,7 +87,7 @@ def test_numerics_change_the_cached_labels_with_the_pricing(numerics):
 ])
 def test_evaluate_designs_frame_equals_evaluate(kwargs):
     fast = dse.evaluate_designs("toy_hybrid", **kwargs)
-    pd.testing.assert_frame_equal(fast.frame(), dse.evaluate("toy_hybrid", **kwargs),
+    pd.testing.assert_frame_equal(fast.frame(), dse.roofline.evaluate("toy_hybrid", **kwargs),
                                   check_exact=True)
 
 
@@ -141,7 +141,7 @@ def test_new_rates_under_the_same_names_are_priced_anew():
     a = dse.evaluate_designs("toy_hybrid", fast, "2:4", 1)
     b = dse.evaluate_designs("toy_hybrid", slow, "2:4", 1)
     assert (b["memory_s"] > a["memory_s"]).all()
-    pd.testing.assert_frame_equal(b.frame(), dse.evaluate("toy_hybrid", slow, "2:4", 1),
+    pd.testing.assert_frame_equal(b.frame(), dse.roofline.evaluate("toy_hybrid", slow, "2:4", 1),
                                   check_exact=True)
 
 
@@ -158,7 +158,7 @@ def test_what_the_labels_are_cached_by_changes_them():
         # toy_hybrid's 2:4 GEMMs are small enough that dense beats CSR on the A100.
         assert designs["hw_fallback"].tolist() == fallback
         pd.testing.assert_frame_equal(designs.frame(),
-                                      dse.evaluate("toy_hybrid", hardware, "2:4", batches),
+                                      dse.roofline.evaluate("toy_hybrid", hardware, "2:4", batches),
                                       check_exact=True)
 
 

@@ -2,6 +2,8 @@
 
     python -m benchmarks.llm.compare_public            # prints the table; exit 1 if one beats it
     python -m benchmarks.llm.compare_public --out benchmarks/llm/public_vs_bound.csv
+    python -m benchmarks.llm.compare_public --calibrated h100-sxm \
+        --out benchmarks/llm/public_vs_expected.csv     # the expectation beside it
 
 ``public_figures.csv`` holds published measurements, each with its source (URL or repository
 file at a commit, and the table and row): NVIDIA's TensorRT-LLM performance overview
@@ -31,6 +33,13 @@ time_per_step(B, isl)`` with ``B`` that batch (tokens/s grows with the batch). T
 is reported: prefill (which the bound leaves out; 2048/128 spends most of its time there),
 longer contexts as tokens are generated, dequantisation and kernel efficiency, launch overhead
 at batch 1, and scheduling.
+
+With ``--calibrated DEVICE`` the table adds the expectation of the same step
+(``expected_tokens_per_s``, kernel predictors of DEVICE, their fraction of the speed of light
+carried over to the run's GPU) and ``published_over_expected``. The published run times more
+than the step it is compared with (see above), so a ratio below 1 is expected; the rows with
+int8 or int4 weights (``weights``) and 2:4 check the expectation's extrapolation to quantised
+weights, which no shipped predictor timed.
 """
 
 from __future__ import annotations
@@ -72,9 +81,10 @@ def _options(figure: dict) -> list[str]:
     return argv
 
 
-def _evaluate(figure: dict, context: int, batch: int, folder: Path) -> dict:
+def _evaluate(figure: dict, context: int, batch: int, folder: Path,
+              calibrated: str | None = None) -> dict:
     model, hardware = figure["model"], figure["hardware"]
-    options = _options(figure)
+    options = _options(figure) + (["--calibrated", calibrated] if calibrated else [])
     out = folder / f"{model}-{hardware}-{context}-{batch}-{'_'.join(options)}.json"
     argv = ["evaluate", "--model", model, "--phase", "decode", "--context", str(context),
             "--batch", str(batch), "--hw", hardware, *options, "--out", str(out)]
@@ -96,8 +106,10 @@ def _batch(figure: dict) -> int | None:
     return int(value)
 
 
-def bounds(figures: pd.DataFrame) -> pd.DataFrame:
-    """``figures`` with the bound's batch, tokens/s and the published share of it."""
+def bounds(figures: pd.DataFrame, calibrated: str | None = None) -> pd.DataFrame:
+    """``figures`` with the bound's batch, tokens/s and the published share of it; with
+    ``calibrated`` (a predictor set), the expected tokens/s at that batch and the published
+    share of it too."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -108,13 +120,32 @@ def bounds(figures: pd.DataFrame) -> pd.DataFrame:
             if batch is None:  # at maximum load: the largest batch that fits
                 first = _evaluate(figure, context, 1, folder)
                 batch = int(first["largest_batch_that_fits"])
-            at = _evaluate(figure, context, batch, folder)
-            rows.append({**figure, "bound_batch": batch,
-                         "bound_tokens_per_s": float(at["tokens_per_s"]),
-                         "bound_time_per_step_s": float(at["latency_s"])})
+            at = _evaluate(figure, context, batch, folder, calibrated)
+            row = {**figure, "bound_batch": batch,
+                   "bound_tokens_per_s": float(at["tokens_per_s"]),
+                   "bound_time_per_step_s": float(at["latency_s"])}
+            if calibrated:
+                row["expected_tokens_per_s"] = float(at["expected_tokens_per_s"])
+            rows.append(row)
     out = pd.DataFrame(rows)
     out["published_over_bound"] = out["output_tokens_per_s"] / out["bound_tokens_per_s"]
+    if calibrated:
+        out["published_over_expected"] = (out["output_tokens_per_s"]
+                                           / out["expected_tokens_per_s"])
     return out
+
+
+def _groups(table: pd.DataFrame):
+    """The rows by how their weights are stored: what the expectation's extrapolation to
+    quantised weights is checked on."""
+    weights = table["weights"].fillna("").astype(str).str.partition("-g")[0] \
+        if "weights" in table else pd.Series("", index=table.index)
+    fmt = table["format"].fillna("dense").astype(str) if "format" in table \
+        else pd.Series("dense", index=table.index)
+    label = weights.where(weights != "", table["precision"].astype(str) + " (not quantised)")
+    label = label.where(fmt == "dense", label + " " + fmt)
+    for name in sorted(pd.unique(label)):
+        yield name, table[label == name]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,23 +153,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figures", type=Path, default=FIGURES,
                         help="published figures (CSV, the columns of public_figures.csv)")
     parser.add_argument("--out", type=Path, help="write the joined table to this CSV")
+    parser.add_argument("--calibrated", metavar="DEVICE",
+                        help="add the expectation of these kernel predictors (e.g. h100-sxm)")
     args = parser.parse_args(argv)
-    table = bounds(pd.read_csv(args.figures))
+    table = bounds(pd.read_csv(args.figures), args.calibrated)
     if args.out:
         table.to_csv(args.out, index=False)
     columns = ["model", "hardware", "precision", "weights", "format", "isl", "osl",
-               "output_tokens_per_s", "bound_batch", "bound_tokens_per_s", "published_over_bound"]
+               "output_tokens_per_s", "bound_batch", "bound_tokens_per_s", "published_over_bound",
+               "expected_tokens_per_s", "published_over_expected"]
     show = table[[c for c in columns if c in table.columns]].copy()
     for column in ("weights", "format"):
         if column in show:
             show[column] = show[column].fillna("-")
     show["bound_tokens_per_s"] = show["bound_tokens_per_s"].map("{:,.0f}".format)
     show["published_over_bound"] = show["published_over_bound"].map("{:.2f}".format)
+    if args.calibrated:
+        show["expected_tokens_per_s"] = show["expected_tokens_per_s"].map("{:,.0f}".format)
+        show["published_over_expected"] = show["published_over_expected"].map("{:.2f}".format)
     print(show.to_string(index=False))
     beaten = table[table["output_tokens_per_s"] > table["bound_tokens_per_s"]]
     print(f"\n{len(table)} published figures; published / bound: median "
           f"{table['published_over_bound'].median():.2f}, max "
           f"{table['published_over_bound'].max():.2f}; {len(beaten)} beat the bound")
+    if args.calibrated:
+        for label, rows in _groups(table):
+            ratio = rows["published_over_expected"]
+            print(f"published / expected ({args.calibrated}), {label}: {len(rows)} rows, "
+                  f"{ratio.min():.2f}-{ratio.max():.2f} (median {ratio.median():.2f})")
     return 1 if len(beaten) else 0
 
 

@@ -72,7 +72,7 @@ def measure(label: str, build: Callable[[], Trace], batch: int, acc, repeats: in
         return dse.evaluate_designs(trace, acc, FORMAT, batch, fusion="unfused", scope="all")
 
     def evaluate():
-        return dse.evaluate(trace, acc, FORMAT, batch, fusion="unfused", scope="all")
+        return dse.roofline.evaluate(trace, acc, FORMAT, batch, fusion="unfused", scope="all")
 
     table = evaluate()
 

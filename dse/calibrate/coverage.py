@@ -9,6 +9,12 @@ the usual serving range), its LM head has a vocabulary-sized M, and its attentio
 batched over the KV heads, shapes a collection of vision models never times. Issue 24 asks that
 the output say so until they are measured.
 
+A GEMM that reads its weights or the KV cache in a dtype no kernel was timed in (weight-only
+int8, int4 or fp8, another KV-cache dtype: ``extrapolated_dtype`` of
+:func:`dse.calibrate.expected.expected_layers`) is extrapolated whatever its shape: the fraction
+of the speed of light the compute dtype's kernels reach is applied to a bound that counts the
+narrower bytes, which a kernel that dequantises on the fly may or may not reach.
+
 Coverage is known where the predictors name the shipped datasets they were trained on
 (``provenance["dataset"]``, as ``dse calibrate --data NAME`` writes it). Predictors trained on
 other files have no known coverage: every GEMM then counts as extrapolated.
@@ -62,11 +68,15 @@ class Coverage:
     the extrapolated ones), in ``designs``; ``examples``: the extrapolated shapes that cost
     the most expected time, worst first, as ``op: MxK (x groups) at N``; ``known``: False
     where the predictors' training shapes are not known (then every GEMM counts as
-    extrapolated)."""
+    extrapolated); ``dtypes``: what the GEMMs read in a dtype never timed (``"int4 weights"``,
+    ``"fp8 KV cache"``), which makes them extrapolated whatever their shape; ``dtype``: the
+    compute dtype the kernels were timed in."""
 
     designs: pd.DataFrame
     examples: list[str]
     known: bool
+    dtypes: tuple[str, ...] = ()
+    dtype: str | None = None
 
     @property
     def share(self) -> pd.Series:
@@ -112,7 +122,11 @@ def coverage(expected: pd.DataFrame, trace, predictors, dtype: str | None = None
     n = config["n"].to_numpy(dtype=np.float64)
     timed = (joined["n_min"].to_numpy(dtype=np.float64) <= n) \
         & (n <= joined["n_max"].to_numpy(dtype=np.float64))
-    extrapolated = gemm & ~timed
+    narrow = (rows["extrapolated_dtype"].to_numpy(dtype=object) != "") \
+        if "extrapolated_dtype" in rows else np.zeros(len(rows), dtype=bool)
+    dtypes = tuple(sorted(set(rows["extrapolated_dtype"].to_numpy(dtype=object)[gemm & narrow])))
+    extrapolated = gemm & (~timed | narrow)
+    untimed = gemm & ~timed  # the shapes or N never timed, named in the line
     seconds = rows["expected_s"].to_numpy(dtype=np.float64)
     per = pd.DataFrame({
         "hardware": rows["hardware"].to_numpy(), "format": rows["format"].to_numpy(),
@@ -122,10 +136,10 @@ def coverage(expected: pd.DataFrame, trace, predictors, dtype: str | None = None
         "extrapolated_s": np.where(extrapolated, seconds, 0.0)})
     designs = per.groupby(["hardware", "format", "batch"], sort=False).sum().reset_index()
     worst = pd.DataFrame({
-        "stem": [_stem(o) for o in rows["op"].to_numpy()[extrapolated]],
-        "m": probe["m"].to_numpy()[extrapolated], "k": probe["k"].to_numpy()[extrapolated],
-        "groups": probe["groups"].to_numpy()[extrapolated],
-        "n": n[extrapolated].astype(np.int64), "s": seconds[extrapolated]})
+        "stem": [_stem(o) for o in rows["op"].to_numpy()[untimed]],
+        "m": probe["m"].to_numpy()[untimed], "k": probe["k"].to_numpy()[untimed],
+        "groups": probe["groups"].to_numpy()[untimed],
+        "n": np.round(n[untimed]).astype(np.int64), "s": seconds[untimed]})
     worst = (worst.groupby(["stem", "m", "k", "groups"], sort=False)
              .agg(n_min=("n", "min"), n_max=("n", "max"), s=("s", "sum"))
              .reset_index().sort_values("s", ascending=False, kind="stable"))
@@ -134,7 +148,7 @@ def coverage(expected: pd.DataFrame, trace, predictors, dtype: str | None = None
         groups = f" x {r.groups}" if r.groups > 1 else ""
         at = f"N={r.n_min}" if r.n_min == r.n_max else f"N={r.n_min}-{r.n_max}"
         shown.append(f"{r.stem}: {r.m}x{r.k}{groups} at {at}")
-    return Coverage(designs, shown, known)
+    return Coverage(designs, shown, known, dtypes, dtype)
 
 
 def coverage_note(cov: Coverage, device: str, step: str) -> str:
@@ -155,9 +169,18 @@ def coverage_note(cov: Coverage, device: str, step: str) -> str:
     ops = (f"{counts[0][0]} of {counts[0][1]} GEMMs" if len(counts) == 1
            else f"{min(c[0] for c in counts)}-{max(c[0] for c in counts)} of "
                 f"{max(c[1] for c in counts)} GEMMs")
-    return (f"expectation extrapolated for {step}: {ops} ({span} of the expected GEMM time) "
-            f"have a shape or N never timed on {device}, priced from other shapes: "
-            + "; ".join(cov.examples))
+    head = f"expectation extrapolated for {step}: {ops} ({span} of the expected GEMM time)"
+    if not cov.dtypes:
+        return (f"{head} have a shape or N never timed on {device}, priced from other shapes: "
+                + "; ".join(cov.examples))
+    timed_in = cov.dtype or "the compute dtype"
+    line = (f"{head} have a shape, N or dtype never timed on {device}: they read "
+            f"{' and '.join(cov.dtypes)} (its kernels were timed in {timed_in}; priced as the "
+            "fraction of the speed of light those kernels reach, applied to the narrower "
+            "bytes)")
+    if cov.examples:
+        line += "; shapes or N never timed: " + "; ".join(cov.examples)
+    return line
 
 
 def with_extrapolated_share(table: pd.DataFrame, cov: Coverage) -> pd.DataFrame:

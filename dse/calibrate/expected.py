@@ -15,6 +15,24 @@ floor used"``), or, where the predictors carry constants fitted on measured whol
 by those. When the frame's hardware is not the device the predictors were measured on,
 the fraction of the speed of light carries over (``fraction``-target families) and the note
 says so.
+
+A mixture-of-experts layer's expert linears (a language model's ``routed_weights_by_op``) run
+as a grouped kernel does: one GEMM per expert its tokens touch, each over the tokens routed to
+it. With top-k routing over E experts a step of T tokens touches ``E_t = E x (1 - (1 - k/E)^T)``
+experts in expectation (:func:`workloads.llm.touched_share`), each over ``T x k / E_t`` tokens
+(the step's ``T x k`` token-expert pairs shared among them), so each expert GEMM is priced at
+that N and the op's expected time is ``E_t`` of them: each pays its launch floor and the small-N
+inefficiency of its kernel. The bound is the trace's (the same FLOPs and the touched experts'
+weights).
+
+The predictors learned kernels whose weights and KV cache are in the compute dtype. Priced with
+weight-only quantisation (``numerics.weight_dtype``) or a narrower KV cache
+(``numerics.kv_dtype``), the ops that read them are extrapolated and say so in
+``extrapolated_dtype`` (``"int4 weights"``, ``"fp8 KV cache"``) and in ``calibration``: a
+``fraction``-target family applies the fraction of the speed of light its fp16 kernels reach to
+the bound, which counts the narrower bytes; a ``time``-target family (its time learned
+directly, which would not move with the bytes) is priced by its fitted physical model,
+``floor + bound / ceiling``, without its learned residual.
 """
 
 from __future__ import annotations
@@ -24,7 +42,10 @@ import pandas as pd
 
 import formats
 import workloads
+from workloads.llm import touched_share
 
+from ..roofline import Numerics
+from ..roofline.pricing import cache_read_elems, has_gemm_weights
 from .features import family_key, feature_kind
 from .predictor import DevicePredictors, FamilyPredictor
 
@@ -37,8 +58,11 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm",
                warm_capacity_bytes: float = 0.0) -> pd.DataFrame:
     """Per row of ``evaluate_layers`` (unfused): the kernel it runs (``family``, ``key``) and
     the configuration the predictors see (m, k, n in all, groups, sparsity, block, flops,
-    bytes, kind, sol_s, cache). With ``cache="warm"`` and a ``warm_capacity_bytes`` (the
-    measured device's last-level cache), an op whose bytes exceed it is ``cold``."""
+    bytes, kind, sol_s, cache) of each of its ``kernels`` GEMMs: 1, or for an MoE expert
+    linear the experts the step touches (see the module), each over its share of the op's
+    token-expert pairs (``n``), FLOPs, bytes and bound (``sol_s``). With ``cache="warm"`` and
+    a ``warm_capacity_bytes`` (the measured device's last-level cache), an op whose bytes
+    exceed it is ``cold``."""
     ops = trace.ops.set_index("name")
     # A norm's K is the width it normalises over, as the predictors learned it
     # (dse.calibrate.features.with_norm_widths); computed per op of the trace, not per row.
@@ -86,13 +110,21 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm",
         "input_elems": np.where(gemm & (op["kind"].to_numpy() == "conv"),
                                 op["input_elems"].to_numpy(dtype=float) * batch, 0.0),
         "batch": batch})
+    vector_flops = op["vector_flops"].to_numpy(dtype=float) * batch
+    out.loc[~gemm, "flops"] = vector_flops[~gemm]
+    out["kernels"] = _expert_kernels(trace, op.index.to_numpy(dtype=object), batch)
+    routed = out["kernels"].to_numpy() != 1.0
+    if routed.any():  # per expert GEMM: the op's pairs, FLOPs, bytes and bound over E_t
+        share = out["kernels"].to_numpy()[routed]
+        for column in ("n", "flops", "bytes", "sol_s"):
+            values = out[column].to_numpy(dtype=float, copy=True)
+            values[routed] /= share
+            out[column] = values
     if cache == "warm" and warm_capacity_bytes > 0:
         # Warm timings were taken back to back, their data in the caches; an op whose working
         # set cannot fit them reads most of it from DRAM, as the cold timings did.
         out["cache"] = np.where(out["bytes"].to_numpy(dtype=float) <= warm_capacity_bytes,
                                 "warm", "cold")
-    vector_flops = op["vector_flops"].to_numpy(dtype=float) * batch
-    out.loc[~gemm, "flops"] = vector_flops[~gemm]
     kernel = ["family", "kind", "groups", "block"]
     codes = out.groupby(kernel, sort=False, observed=True).ngroup().to_numpy()
     firsts = out.loc[~pd.Series(codes).duplicated().to_numpy(), kernel]
@@ -101,6 +133,23 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm",
         index=False)]
     out["key"] = keys[codes]
     return out
+
+
+def _expert_kernels(trace, names: np.ndarray, batch: np.ndarray) -> np.ndarray:
+    """Per row (op ``names`` at ``batch``): the GEMM kernels the op runs, in expectation: the
+    experts a step touches, ``E x (1 - (1 - k/E)^T)`` with ``T = batch x tokens per sample``,
+    for an MoE layer's expert linear (the provenance's ``routed_weights_by_op``), else 1."""
+    routed = trace.provenance.get("routed_weights_by_op") or {}
+    kernels = np.ones(len(names))
+    if not routed:
+        return kernels
+    for i, name in enumerate(names):
+        r = routed.get(name)
+        if r is not None:
+            e = float(r["sets"])
+            tokens = float(batch[i]) * float(r["tokens_per_sample"])
+            kernels[i] = e * touched_share(e, float(r["sets_per_token"]), tokens)
+    return kernels
 
 
 def _resolve(key: str, predictors: DevicePredictors) -> tuple[FamilyPredictor | None, str]:
@@ -120,7 +169,7 @@ def _resolve(key: str, predictors: DevicePredictors) -> tuple[FamilyPredictor | 
 
 
 def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
-                    cache: str = "warm") -> pd.DataFrame:
+                    cache: str = "warm", numerics: Numerics | None = None) -> pd.DataFrame:
     """``layers`` (``evaluate_layers``, unfused, of ``trace``) with ``expected_s`` (the
     expected kernel time, s: the fastest implementation measured on the device; ``cache``
     ``warm``, the default, prices each op as it runs inside a model, after the op before it,
@@ -128,9 +177,15 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
     ignores the feature) and the op's bytes fit the device's last-level cache (else cold),
     ``cold`` as an isolated kernel after a cache flush),
     ``fraction_of_sol`` (``time_s / expected_s``), ``predictor`` (``device:key:target``),
-    ``kernel`` (that implementation), ``validated_rmspe`` (held-out RMSPE of that predictor) and
-    ``calibration`` (how the op was priced when not by its own family's predictor)."""
+    ``kernel`` (that implementation), ``validated_rmspe`` (held-out RMSPE of that predictor),
+    ``calibration`` (how the op was priced when not by its own family's predictor) and
+    ``extrapolated_dtype`` (``"int4 weights"``, ``"fp8 KV cache"``, or empty: what the op reads
+    in a dtype its predictors never timed, from ``numerics``, the ``Numerics`` ``layers`` were
+    priced with; see the module). An MoE expert linear is its touched experts' GEMMs (the
+    module): ``expected_s`` sums them."""
     config = op_configs(layers, trace, cache, predictors.warm_capacity_bytes)
+    count = config["kernels"].to_numpy()
+    untimed = _untimed_dtypes(layers, trace, numerics)
     x = predictors.features(config)
     expected = np.zeros(len(config))
     names = np.full(len(config), "-", dtype=object)
@@ -158,6 +213,9 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
             names[rows] = f"{predictors.name}:bound"
         else:
             kernel, impl = model.predict_best_s(x[rows], sol)
+            if model.target == "time":  # learned times do not follow narrower bytes
+                narrow = untimed[rows] != ""
+                kernel = np.where(narrow, model.physical_s(sol), kernel)
             if ctx:  # inside a model: less than the isolated, cold-cache kernel
                 kernel = np.maximum(kernel - ctx["shift_s"], np.maximum(sol, 0.25 * kernel))
             expected[rows] = kernel
@@ -166,6 +224,16 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
             rmspe[rows] = model.validated.get("rmspe", np.nan)
             timed[rows] = model.target == "time"
         notes[rows] = note
+        for what in np.unique(untimed[rows]):
+            if what:
+                how = ("its floor + bound / ceiling used, as the times it learned do not "
+                       "follow the bytes" if model is not None and model.target == "time"
+                       else "the fraction of the speed of light of its "
+                       f"{_dtype_of(numerics)} kernels applied to the narrower bytes")
+                said = (f"{what} never timed on {predictors.name}: {key} extrapolated, {how}")
+                narrow = rows[untimed[rows] == what]
+                notes[narrow] = f"{note}; {said}" if note else said
+    expected *= count
     other = (layers["hardware"].to_numpy(dtype=object) != predictors.reference_hw) & work
     carried = {True: f"time learned on {predictors.reference_hw}, not scaled to this hardware",
                False: f"fraction carried over from {predictors.reference_hw}"}
@@ -183,6 +251,27 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
     out["kernel"] = kernels
     out["validated_rmspe"] = rmspe
     out["calibration"] = notes
+    out["extrapolated_dtype"] = untimed
+    return out
+
+
+def _dtype_of(numerics: Numerics | None) -> str:
+    return numerics.dtype if numerics is not None else "fp16"
+
+
+def _untimed_dtypes(layers: pd.DataFrame, trace, numerics: Numerics | None) -> np.ndarray:
+    """Per row of ``layers``: what its op reads in a dtype other than the compute dtype, which
+    no predictor timed: ``"int4 weights"`` (a GEMM's weights under weight-only quantisation),
+    ``"fp8 KV cache"`` (an attention product reading a narrower or wider KV cache), or ``""``."""
+    out = np.full(len(layers), "", dtype=object)
+    if numerics is None or not len(layers):
+        return out
+    ops = trace.ops
+    index = pd.Index(ops["name"]).get_indexer(layers["op"].astype(str))
+    if numerics.quantised:
+        out[has_gemm_weights(ops)[index]] = f"{numerics.weight_dtype} weights"
+    if numerics.kv_dtype is not None and numerics.kv_dtype != numerics.dtype:
+        out[cache_read_elems(trace)[index] > 0] = f"{numerics.kv_dtype} KV cache"
     return out
 
 

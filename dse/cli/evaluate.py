@@ -22,12 +22,10 @@ from .options import (
     check_outputs,
     design_from_args,
     dtypes_text,
-    expected_ops,
     nonempty_text,
     path_value,
     predictors_from_args,
     torch_runs_otherwise,
-    with_dtype_columns,
 )
 
 if TYPE_CHECKING:
@@ -63,12 +61,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     d = design_from_args(args)
     import pandas as pd
 
-    from ..api import evaluate_layers
-    from ..calibrate.coverage import coverage, coverage_note, with_extrapolated_share
-    from ..calibrate.expected import expected_designs
-    from ..design_columns import with_language_model_columns
+    from ..api import evaluation
+    from ..calibrate.coverage import coverage_note
     from ..output import write_table
-    from ..roofline import evaluate
     from .tables import calibration_note
 
     check_quantisation(args, d)
@@ -80,40 +75,28 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         print(assumed)
     frames = []
     for trace in d.traces:
-        expected = None if predictors is None else expected_ops(trace, d, predictors, backend)
-        # A language model's expectation: which GEMMs the predictors never timed (issue 24).
-        covered = None if expected is None or not trace.provenance.get("phase") else \
-            coverage(expected, trace, predictors, d.numerics.dtype)
+        # Every column of the --out file comes from the library; this prints them.
+        result = evaluation(trace, d.hardware, d.formats, d.batches, fusion=d.fusions,
+                            scope=d.scope, numerics=d.numerics, calibrated=predictors,
+                            backend=backend, per_layer=args.per_layer)
+        table = result.table
         if args.per_layer:
-            table = evaluate_layers(trace, d.hardware, d.formats, d.batches, fusion=d.fusions,
-                                    scope=d.scope, numerics=d.numerics, calibrated=predictors)
             # The dtypes, as the design table's heading says them (the rest are columns).
             print(f"model {trace.model}, scope {d.scope}, {dtypes_text(d.numerics)}: "
                   "speed-of-light time per layer (roofline)")
             print(_layer_table(table))
         else:
-            table = evaluate(trace, d.hardware, d.formats, d.batches, fusion=d.fusions,
-                             scope=d.scope, numerics=d.numerics)
-            if expected is not None:
-                table = expected_designs(table, expected)
-            table = with_energy_and_memory(table, trace, d)
-            language = bool(trace.provenance.get("phase"))
-            if language:
-                table = with_language_model_columns(table, trace, d.numerics)
-            if covered is not None:
-                table = with_extrapolated_share(table, covered)
             print(_design_table(table, trace, d.numerics))
             print(_energy_table(table))
-            if language:
+            if trace.provenance.get("phase"):
                 print(_language_model_table(table, trace))
-        if expected is not None:
-            print(calibration_note(expected, predictors))
-            if covered is not None:
-                print(coverage_note(covered, predictors.name, trace.model))
+        if result.expected is not None:
+            print(calibration_note(result.expected, predictors))
+            if result.coverage is not None:  # GEMMs the predictors never timed (issue 24)
+                print(coverage_note(result.coverage, predictors.name, trace.model))
             if args.backend is None and torch_runs_otherwise(trace):
                 print(TORCH_NOTE)
-        # The file says which number types it priced, as the first printed line does.
-        frames.append(with_dtype_columns(table, d.numerics, bool(trace.provenance.get("phase"))))
+        frames.append(table)
     table = pd.concat(frames, ignore_index=True)
     if args.out is not None:
         write_table(table, args.out)
@@ -123,27 +106,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 def check_quantisation(args: argparse.Namespace, d) -> None:
     """Refuse, in one line, what the quantisation options cannot price: a KV-cache dtype for
-    a trace without a KV cache, and the expectation of quantised designs (the kernel
-    predictors were measured with weights and KV cache in the compute dtype)."""
+    a trace without a KV cache. With --calibrated, quantised weights and another KV-cache
+    dtype are priced and said to be extrapolated (dse.calibrate.expected)."""
     if args.kv_dtype is not None:
         plain = [t.model for t in d.traces if not t.provenance.get("phase")]
         if plain:
             raise InputError(f"--kv-dtype {args.kv_dtype}: {plain[0]} has no KV cache; the "
                              "option is for language models (--model NAME --phase --context)")
-    if args.calibrated and (d.numerics.quantised or args.kv_dtype is not None):
-        option = "--weight-dtype" if d.numerics.quantised else "--kv-dtype"
-        raise InputError(f"{option} with --calibrated: the kernel predictors were measured "
-                         f"with weights and KV cache in --dtype {d.numerics.dtype}, so they "
-                         f"cannot price other dtypes; leave out {option} or --calibrated")
-
-
-def with_energy_and_memory(table: pd.DataFrame, trace, d) -> pd.DataFrame:
-    """The designs with energy, power (and the cap) and memory (peak, fits) columns: the
-    library's :func:`dse.design_columns.with_energy_and_memory` of the options' design."""
-    from .. import design_columns
-
-    return design_columns.with_energy_and_memory(table, trace, d.hardware, d.formats,
-                                                 d.batches, d.fusions, d.scope, d.numerics)
 
 
 def _language_model_table(table: pd.DataFrame, trace) -> str:

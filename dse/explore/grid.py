@@ -215,7 +215,7 @@ def with_expected(frame: pd.DataFrame, block: Block, predictors: DevicePredictor
                                      if column in ("predictors", "calibration")
                                      else np.full(n, np.nan))
             continue
-        priced = expected_layers(layers, block.trace, predictors)
+        priced = expected_layers(layers, block.trace, predictors, numerics=numerics)
         seconds = priced["expected_s"].to_numpy(dtype=np.float64).reshape(n, -1)
         rmspe = priced["validated_rmspe"].to_numpy(dtype=np.float64).reshape(n, -1)
         weights = np.where(np.isnan(rmspe), 0.0, seconds)

@@ -114,9 +114,12 @@ def _values(text: str, spec: str) -> list[float]:
         else:
             grid = np.linspace(low, high, steps)
         return [float(v) for v in grid]
-    items = [t for t in text.split(",") if t.strip()]
-    if not items:
+    items = text.split(",")
+    if not text.strip():
         raise SweepError(f"--vary {spec}: no values; write NAME=V1,V2,... or NAME=LOW..HIGH:N")
+    if any(not t.strip() for t in items):  # a typo, not a request: dropped, it would hide one
+        raise SweepError(f"--vary {spec}: an empty value between commas; write "
+                         "NAME=V1,V2,... with single commas, none empty")
     return [_number(t, spec) for t in items]
 
 
@@ -311,8 +314,8 @@ def sweep_coverage(traces: Sequence[Trace], hardware: Sequence[str], overrides: 
     for trace in language:
         layers = evaluate_layers(trace, bases, list(swept.values()), batch_list,
                                  fusion="unfused", scope=scope, numerics=numerics)
-        out[trace.model] = coverage(expected_layers(layers, trace, predictors), trace,
-                                    predictors, numerics.dtype)
+        priced = expected_layers(layers, trace, predictors, numerics=numerics)
+        out[trace.model] = coverage(priced, trace, predictors, numerics.dtype)
     return out
 
 
