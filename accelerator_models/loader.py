@@ -175,12 +175,13 @@ FIELDS: dict[str, Callable[[Any, str], Any]] = {
     "board_power_w": _positive_float,
     "dram_capacity_bytes": _positive_float,
     # The cache hierarchy (optional): capacity and peak bandwidth per level, totals over the
-    # cores or SMs; they move the warm bound (dse.roofline.memory_time), never a cold one.
+    # cores or SMs; they move the warm bound (dse.roofline.memory_time), and a cold one where a
+    # level's link is narrower than DRAM (dse.roofline.cold_seconds_per_byte).
     **{f"cache.{level}_{what}": _positive_float for level in CACHE_LEVELS
        for what in ("bytes", "bandwidth_bytes_per_s")},
 }
 
-#: The cache-hierarchy fields: optional; they move warm bounds only.
+#: The cache-hierarchy fields: optional (see FIELDS).
 CACHE_FIELDS = tuple(p for p in FIELDS if p.startswith("cache."))
 
 #: The energy, power and capacity fields: optional; they move the energy and memory outputs
@@ -390,7 +391,15 @@ def _parse_cli_value(path: str, text: str) -> Any:
     """Turn the text of ``--set FIELD=VALUE`` into the value a TOML file would hold."""
     parser = FIELDS[path]
     if parser is _patterns:
-        return [p for p in (s.strip() for s in text.split(",")) if p]
+        items = [s.strip() for s in text.split(",")]
+        if not text.strip():
+            raise SpecError(f"--set {path}=: no pattern; give N:M patterns separated by commas, "
+                            f"e.g. --set {path}=2:4,1:4 (for a spec without a sparse tensor "
+                            "core, write a spec .toml with patterns = [])")
+        if not all(items):  # a typo, not a request: dropped, it would hide one
+            raise SpecError(f"--set {path}={text}: an empty pattern between commas; give N:M "
+                            f"patterns separated by single commas, e.g. --set {path}=2:4,1:4")
+        return items
     if parser is _bool:
         lowered = text.strip().lower()
         if lowered not in ("true", "false"):

@@ -299,8 +299,9 @@ def test_one_expert_is_still_an_moe():
 
 
 def test_a_prompt_limit_of_one_token():
-    """One head of width 2**28: one token holds 1 + 2**28 elements, two hold 3 + 2**29, above
-    MAX_PER_SAMPLE (2**29): the longest prompt is 1 token."""
+    """One head of width 2**28: the rotary op of one token holds 2 x 2**28 = 2**29 elements
+    (queries and keys), of two 2**30, above MAX_PER_SAMPLE (2**29): the longest prompt is 1
+    token."""
     c = llm_config_from_dict(dict(TINY, num_attention_heads=1, num_key_value_heads=1,
                                   head_dim=2**28), name="wide")
     with pytest.raises(LLMConfigError, match="give at most 1 prompt tokens$"):
@@ -308,11 +309,14 @@ def test_a_prompt_limit_of_one_token():
 
 
 def test_a_prompt_limit_below_a_failed_probe():
-    """One head of width 2**28 - 2: two tokens hold 3 + 2 x (2**28 - 2) = 2**29 - 1 elements,
-    three hold 6 + 3 x (2**28 - 2) = 3 x 2**28, above 2**29. Asked for 4 tokens, the search
-    probes 3 (too many) and must still try 2."""
+    """One head of width w = 2**27 - 1: the rotary op (queries and keys, 2w a token) of two
+    tokens holds 4w = 2**29 - 4 elements, of three 6w, above 2**29 (issue 26: the check once
+    counted only the context op's 3 + 2w and said 2 for w = 2**28 - 2, whose rotary op of two
+    tokens, 2**30 - 8, the trace then refused). Asked for 4 tokens, the search probes 3 (too
+    many) and must still try 2."""
     c = llm_config_from_dict(dict(TINY, num_attention_heads=1, num_key_value_heads=1,
-                                  head_dim=2**28 - 2), name="wide")
+                                  head_dim=2**27 - 1), name="wide")
+    assert llm_trace(c, "prefill", 2).ops["input_elems"].max() == 2**29 - 4
     for context in (3, 4):
         with pytest.raises(LLMConfigError, match="give at most 2 prompt tokens$"):
             llm_trace(c, "prefill", context)

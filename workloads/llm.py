@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from .export import ACTIVATION_FLOPS, SOFTMAX_FLOPS
-from .trace import MAX_PER_SAMPLE, MODEL_INPUT, SCHEMA, Trace, TraceError
+from .trace import MAX_COUNT, MAX_PER_SAMPLE, MODEL_INPUT, SCHEMA, Trace, TraceError
 
 __all__ = [
     "LLM_CONFIGS_DIR",
@@ -406,22 +406,63 @@ def _check_phase(config: LLMConfig, phase: str, context: int) -> None:
         raise LLMConfigError(f"context {context} tokens is longer than {config.name}'s "
                              f"max_position_embeddings, {config.max_position_embeddings}; "
                              f"give at most {config.max_position_embeddings}")
-    if phase == "prefill" and _prefill_elems(config, context) > MAX_PER_SAMPLE:
-        lo, hi = 1, context  # the longest prompt whose scores a trace holds
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if _prefill_elems(config, mid) <= MAX_PER_SAMPLE else (lo, mid - 1)
-        raise LLMConfigError(f"prefill of {context} tokens: {config.name}'s attention scores "
-                             f"({_prefill_elems(config, context):.3g} elements per request) "
-                             f"are above the {MAX_PER_SAMPLE:,} a trace holds per sample; "
-                             f"give at most {lo} prompt tokens")
+    too_large = _first_too_large(config, phase, context)
+    if too_large is None or _first_too_large(config, phase, 1) is not None:
+        return  # fits; or too large at one token, which no shorter context cures: the trace says
+    lo, hi = 1, context - 1  # the longest context whose every count a trace holds
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if _first_too_large(config, phase, mid) is None else (lo, mid - 1)
+    where, what, value, limit = too_large
+    step = f"prefill of {context} tokens" if phase == "prefill" else \
+        f"decode at a context of {context} tokens"
+    tokens = "prompt tokens" if phase == "prefill" else "tokens of context"
+    raise LLMConfigError(f"{step}: {config.name}'s {where} would hold {value:.3g} {what} per "
+                         f"request, above the {limit:,} a trace holds; give at most {lo} "
+                         f"{tokens}")
 
 
-def _prefill_elems(config: LLMConfig, tokens: int) -> int:
-    """The largest per-sample element count of a prefill trace: the context op's input, every
-    head's scores plus the values (in the layer with the widest window)."""
-    pairs = max(attention_pairs(tokens, w) for w in config.windows)
-    return config.num_heads * pairs + tokens * config.num_kv_heads * config.head_dim
+#: What each limit of a trace (workloads.trace) bounds, in words.
+_COUNTS = {"n": "GEMM columns (n)", "input_elems": "input elements",
+           "output_elems": "output elements", "weight_elems": "weight elements",
+           "vector_flops": "vector FLOPs", "flops": "dense FLOPs"}
+
+
+def _first_too_large(config: LLMConfig, phase: str, context: int
+                     ) -> tuple[str, str, int | float, int] | None:
+    """The first count a trace of this step would hold above the trace's limits (``(where, what,
+    value, limit)``), None when every one fits: each op's per-sample ``n``, input and output
+    elements (MAX_PER_SAMPLE), its weights and FLOPs, and the model's totals (MAX_COUNT). Every
+    count grows with ``context``. One layer per distinct window is built: the layers sharing a
+    window hold the same counts, and weigh the totals by their number."""
+    t = context if phase == "prefill" else 1
+    layers: dict[int | None, int] = {}
+    for window in config.windows:
+        layers[window] = layers.get(window, 0) + 1
+    groups = [(1, [_embedding(config, t)])]
+    groups += [(count, _layer(config, phase, context, f"model.layers.{config.windows.index(w)}",
+                              w, "model.embed_tokens")[0]) for w, count in layers.items()]
+    groups.append((1, _head(config, "model.embed_tokens")))
+    totals = {"weight_elems": 0, "vector_flops": 0, "flops": 0}
+    for count, records in groups:
+        for r in records:
+            flops = 2 * r["groups"] * r["m"] * r["k"] * r["n"]
+            for column, value, limit in (
+                    ("n", r["n"], MAX_PER_SAMPLE),
+                    ("input_elems", r["input_elems"], MAX_PER_SAMPLE),
+                    ("output_elems", r["output_elems"], MAX_PER_SAMPLE),
+                    ("weight_elems", max(r["weight_elems"], r["groups"] * r["m"] * r["k"]),
+                     MAX_COUNT),
+                    ("vector_flops", r["vector_flops"], MAX_COUNT), ("flops", flops, MAX_COUNT)):
+                if value > limit:
+                    return f"op {r['name']}", _COUNTS[column], value, limit
+            totals["weight_elems"] += count * r["weight_elems"]
+            totals["vector_flops"] += count * r["vector_flops"]
+            totals["flops"] += count * flops
+    for column, value in totals.items():
+        if value > MAX_COUNT:
+            return "ops together", _COUNTS[column], value, MAX_COUNT
+    return None
 
 
 def _op(name: str, kind: str, producers: list[str], *, m: int = 0, k: int = 0, n: int = 0,
@@ -445,68 +486,21 @@ def llm_trace(config: LLMConfig, phase: str, context: int) -> Trace:
     """The per-sample trace of one ``phase`` step at ``context`` tokens (see the module)."""
     _check_phase(config, phase, context)
     c = config
-    h, hd, g = c.hidden_size, c.head_dim, c.num_heads // c.num_kv_heads
-    q_width, kv_width = c.num_heads * hd, c.num_kv_heads * hd
     t = context if phase == "prefill" else 1  # tokens per request through the layers
-    # The lookup reads its tokens' ids and rows, not the table: the rows are its input, and the
-    # table's parameters are resident (provenance "params") but not read.
-    records = [_op("model.embed_tokens", "other", [MODEL_INPUT], inputs=t + t * h,
-                   outputs=t * h)]
+    records = [_embedding(c, t)]
     stream = "model.embed_tokens"
     kv_read_total = 0
     kv_read_by_op: dict[str, int] = {}  # per op, the inputs per sample read from the KV cache
     for layer, window in enumerate(c.windows):
         p = f"model.layers.{layer}"
-        a = f"{p}.self_attn"
-        if phase == "prefill":
-            keys, queries = _band(context, window)
-            pairs = keys * queries
-            kv_read = context * kv_width  # this step's keys (and values), on chip or not
-        else:
-            keys = context if window is None else min(context, window)
-            queries, pairs = 1, keys
-            kv_read = keys * kv_width  # the cache, the new token's entry included
+        layer_records, kv_read = _layer(c, phase, context, p, window, stream)
+        records += layer_records
+        if phase == "decode":
+            a = f"{p}.self_attn"
             kv_read_total += 2 * kv_read
             kv_read_by_op[f"{a}.scores"] = kv_read_by_op[f"{a}.context"] = kv_read
-        records += [
-            _op(f"{p}.input_layernorm", "norm", [stream], weight=h, inputs=t * h,
-                outputs=t * h, flops=RMS_NORM_FLOPS * t * h),
-            _linear(f"{a}.q_proj", f"{p}.input_layernorm", q_width, h, t, c.qkv_bias),
-            _linear(f"{a}.k_proj", f"{p}.input_layernorm", kv_width, h, t, c.qkv_bias),
-            _linear(f"{a}.v_proj", f"{p}.input_layernorm", kv_width, h, t, c.qkv_bias),
-            _op(f"{a}.rotary", "elementwise", [f"{a}.q_proj", f"{a}.k_proj"],
-                inputs=t * (q_width + kv_width), outputs=t * (q_width + kv_width),
-                flops=ROTARY_FLOPS * t * (q_width + kv_width)),
-            # Scores S = K . Q per KV head: K [keys x hd], Q [hd x g * queries].
-            _op(f"{a}.scores", "matmul", [f"{a}.rotary"], m=keys, k=hd, n=g * queries,
-                groups=c.num_kv_heads, inputs=t * q_width + kv_read,
-                outputs=c.num_heads * pairs),
-            # The 1/sqrt(head_dim) scale and the mask are folded into the softmax.
-            _op(f"{a}.softmax", "softmax", [f"{a}.scores"], inputs=c.num_heads * pairs,
-                outputs=c.num_heads * pairs,
-                flops=SOFTMAX_FLOPS["_softmax"] * c.num_heads * pairs),
-            # Context O = V^T . P per KV head: V^T [hd x keys], P [keys x g * queries].
-            _op(f"{a}.context", "matmul", [f"{a}.softmax", f"{a}.v_proj"], m=hd, k=keys,
-                n=g * queries, groups=c.num_kv_heads,
-                inputs=c.num_heads * pairs + kv_read, outputs=t * q_width),
-            _linear(f"{a}.o_proj", f"{a}.context", h, q_width, t, c.o_bias),
-            _op(f"{p}.attn_residual", "elementwise", [stream, f"{a}.o_proj"],
-                inputs=2 * t * h, outputs=t * h, flops=t * h),
-            _op(f"{p}.post_attention_layernorm", "norm", [f"{p}.attn_residual"], weight=h,
-                inputs=t * h, outputs=t * h, flops=RMS_NORM_FLOPS * t * h),
-        ]
-        records += _mlp(c, f"{p}.mlp", f"{p}.post_attention_layernorm", t)
-        mlp_out = records[-1]["name"]
-        records.append(_op(f"{p}.mlp_residual", "elementwise", [f"{p}.attn_residual", mlp_out],
-                           inputs=2 * t * h, outputs=t * h, flops=t * h))
         stream = f"{p}.mlp_residual"
-    # Only the last token's logits are needed: the next token's (prefill: the first one).
-    records += [
-        _op("model.norm", "norm", [stream], weight=h, inputs=h, outputs=h,
-            flops=RMS_NORM_FLOPS * h),
-        # Pruning recipes (SparseGPT, Wanda) keep the LM head dense.
-        _linear("lm_head", "model.norm", c.vocab_size, h, 1, False, prunable=False),
-    ]
+    records += _head(c, stream)
     provenance = {
         "source": f"{c.source}; traced from the configuration by workloads/llm.py (no weights)",
         "command": f"dse evaluate --model {c.name} --phase {phase} --context {context}",
@@ -536,6 +530,74 @@ def llm_trace(config: LLMConfig, phase: str, context: int) -> Trace:
                                where=c.name)
     trace.provenance["macs_per_sample"] = trace.macs_per_sample
     return trace
+
+
+def _embedding(c: LLMConfig, t: int) -> dict[str, Any]:
+    # The lookup reads its tokens' ids and rows, not the table: the rows are its input, and the
+    # table's parameters are resident (provenance "params") but not read.
+    return _op("model.embed_tokens", "other", [MODEL_INPUT], inputs=t + t * c.hidden_size,
+               outputs=t * c.hidden_size)
+
+
+def _layer(c: LLMConfig, phase: str, context: int, p: str, window: int | None,
+           stream: str) -> tuple[list[dict[str, Any]], int]:
+    """The ops of decoder layer ``p`` (its attention under ``window``) reading ``stream``, and
+    the keys' (and the values') elements its attention reads per request."""
+    h, hd, g = c.hidden_size, c.head_dim, c.num_heads // c.num_kv_heads
+    q_width, kv_width = c.num_heads * hd, c.num_kv_heads * hd
+    t = context if phase == "prefill" else 1
+    a = f"{p}.self_attn"
+    if phase == "prefill":
+        keys, queries = _band(context, window)
+        pairs = keys * queries
+        kv_read = context * kv_width  # this step's keys (and values), on chip or not
+    else:
+        keys = context if window is None else min(context, window)
+        queries, pairs = 1, keys
+        kv_read = keys * kv_width  # the cache, the new token's entry included
+    records = [
+        _op(f"{p}.input_layernorm", "norm", [stream], weight=h, inputs=t * h,
+            outputs=t * h, flops=RMS_NORM_FLOPS * t * h),
+        _linear(f"{a}.q_proj", f"{p}.input_layernorm", q_width, h, t, c.qkv_bias),
+        _linear(f"{a}.k_proj", f"{p}.input_layernorm", kv_width, h, t, c.qkv_bias),
+        _linear(f"{a}.v_proj", f"{p}.input_layernorm", kv_width, h, t, c.qkv_bias),
+        _op(f"{a}.rotary", "elementwise", [f"{a}.q_proj", f"{a}.k_proj"],
+            inputs=t * (q_width + kv_width), outputs=t * (q_width + kv_width),
+            flops=ROTARY_FLOPS * t * (q_width + kv_width)),
+        # Scores S = K . Q per KV head: K [keys x hd], Q [hd x g * queries].
+        _op(f"{a}.scores", "matmul", [f"{a}.rotary"], m=keys, k=hd, n=g * queries,
+            groups=c.num_kv_heads, inputs=t * q_width + kv_read,
+            outputs=c.num_heads * pairs),
+        # The 1/sqrt(head_dim) scale and the mask are folded into the softmax.
+        _op(f"{a}.softmax", "softmax", [f"{a}.scores"], inputs=c.num_heads * pairs,
+            outputs=c.num_heads * pairs,
+            flops=SOFTMAX_FLOPS["_softmax"] * c.num_heads * pairs),
+        # Context O = V^T . P per KV head: V^T [hd x keys], P [keys x g * queries].
+        _op(f"{a}.context", "matmul", [f"{a}.softmax", f"{a}.v_proj"], m=hd, k=keys,
+            n=g * queries, groups=c.num_kv_heads,
+            inputs=c.num_heads * pairs + kv_read, outputs=t * q_width),
+        _linear(f"{a}.o_proj", f"{a}.context", h, q_width, t, c.o_bias),
+        _op(f"{p}.attn_residual", "elementwise", [stream, f"{a}.o_proj"],
+            inputs=2 * t * h, outputs=t * h, flops=t * h),
+        _op(f"{p}.post_attention_layernorm", "norm", [f"{p}.attn_residual"], weight=h,
+            inputs=t * h, outputs=t * h, flops=RMS_NORM_FLOPS * t * h),
+    ]
+    records += _mlp(c, f"{p}.mlp", f"{p}.post_attention_layernorm", t)
+    mlp_out = records[-1]["name"]
+    records.append(_op(f"{p}.mlp_residual", "elementwise", [f"{p}.attn_residual", mlp_out],
+                       inputs=2 * t * h, outputs=t * h, flops=t * h))
+    return records, kv_read
+
+
+def _head(c: LLMConfig, stream: str) -> list[dict[str, Any]]:
+    # Only the last token's logits are needed: the next token's (prefill: the first one).
+    h = c.hidden_size
+    return [
+        _op("model.norm", "norm", [stream], weight=h, inputs=h, outputs=h,
+            flops=RMS_NORM_FLOPS * h),
+        # Pruning recipes (SparseGPT, Wanda) keep the LM head dense.
+        _linear("lm_head", "model.norm", c.vocab_size, h, 1, False, prunable=False),
+    ]
 
 
 def _mlp(c: LLMConfig, p: str, producer: str, t: int) -> list[dict[str, Any]]:

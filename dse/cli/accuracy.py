@@ -11,7 +11,7 @@ from search.credentials import mask_credentials
 
 from .commands import help_of
 from .names import ACCURACY_LEVELS, ACCURACY_PATTERNS, ACCURACY_TABLE, MAX_IMG_SIZE
-from .options import check_outputs, integer, nonempty_text, number, path_value, seed
+from .options import check_outputs, comma_list, integer, nonempty_text, number, path_value, seed
 from .progress import StatusLine
 
 __all__ = ["add_parsers"]
@@ -38,10 +38,10 @@ def add_parsers(commands) -> None:
                      help="'digits' (scikit-learn's, upsampled; no download) or an ImageFolder "
                           "tree (default digits)")
     acc.add_argument("--patterns", default=",".join(ACCURACY_PATTERNS), metavar="P,P,...",
-                     type=nonempty_text("patterns separated by commas, e.g. 2:4,block4"),
+                     type=comma_list("patterns", "2:4,block4"),
                      help="unstructured, blockB, N:M (default: %(default)s)")
     acc.add_argument("--levels", default=",".join(f"{x:g}" for x in ACCURACY_LEVELS),
-                     type=nonempty_text("sparsity levels separated by commas, e.g. 0.5,0.75"),
+                     type=comma_list("sparsity levels", "0.5,0.75"),
                      metavar="S,S,...", help="sparsity levels of block and unstructured "
                                              "patterns (default: %(default)s)")
     acc.add_argument("--dense-epochs", type=integer(1, MAX_EPOCHS), default=30, metavar="E",

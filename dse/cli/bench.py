@@ -15,9 +15,9 @@ from .options import (
     OptionValueError,
     Parser,
     check_outputs,
+    comma_list,
     duration,
     integer,
-    nonempty_text,
     path_value,
     seed,
 )
@@ -28,11 +28,13 @@ __all__ = ["add_parsers"]
 
 #: Block edges r and c the register-blocked kernels take.
 MAX_BLOCK_EDGE = 64
+_BLOCK_LIST = comma_list(f"block edges from 1 to {MAX_BLOCK_EDGE}", "1,2,4")
 
 
 def _ints(text: str) -> list[int]:
+    _BLOCK_LIST(text)  # an empty item (1,,2) is refused as in every list
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in text.split(",")]
     except ValueError:
         values = []
     if not values or not all(1 <= v <= MAX_BLOCK_EDGE for v in values):
@@ -103,7 +105,7 @@ def add_parsers(commands) -> None:
                     help="largest BeBOP matrix dimension (default 131072: 4.7 M nonzeros, "
                          "past a 32 MiB last-level cache)")
     bl.add_argument("--models", default=",".join(DEFAULT_BLOCK_MODELS), metavar="NAME,...",
-                    type=nonempty_text("shipped trace names separated by commas"),
+                    type=comma_list("shipped trace names", "convnext_tiny,resnet50"),
                     help="shipped traces whose layers give the pruned weight matrices "
                          f"(default {','.join(DEFAULT_BLOCK_MODELS)})")
     bl.add_argument("--repeats", type=integer(3, 10**9), default=9, metavar="R",

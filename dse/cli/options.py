@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALIBRATED_FIX",
+    "HARDWARE_LIST",
     "MAX_BATCH",
     "MAX_SEED",
     "MAX_THREADS",
@@ -66,6 +67,7 @@ __all__ = [
     "add_sim_options",
     "batch_size",
     "check_outputs",
+    "comma_list",
     "fusion_model",
     "design_from_args",
     "duration",
@@ -82,6 +84,7 @@ __all__ = [
     "path_value",
     "positive_int",
     "predictors_from_args",
+    "refuse_unread_overrides",
     "refuse_unused_sim_options",
     "seed",
     "set_overrides",
@@ -236,6 +239,28 @@ def nonempty_text(fix: str) -> Callable[[str], str]:
     return parse
 
 
+def comma_list(fix: str, example: str) -> Callable[[str], str]:
+    """An argparse type: items separated by commas (``a100,h100,my_gpu.toml``), none of them
+    empty and none with control characters; the text comes back as given, split by the command.
+    ``fix`` names the items (``"catalog names or spec .toml files"``), ``example`` is a list
+    that would be taken. An empty item (``a100,``, ``a100,,h100``) is refused: it is a typo, not
+    a request, and dropping it without a word would hide one."""
+    def parse(value: str) -> str:
+        if not value.strip() or _CONTROL.search(value):
+            raise OptionValueError(f"{value!r}: give {fix} separated by commas, e.g. {example}")
+        if any(not item.strip() for item in value.split(",")):
+            raise OptionValueError(f"{value!r}: an empty item between commas; give {fix} "
+                                   f"separated by single commas, none empty, e.g. {example}")
+        return value
+
+    parse.__name__ = "list"
+    return parse
+
+
+#: What --hw takes, as its refusal says it.
+HARDWARE_LIST = comma_list("catalog names (dse hw list) or spec .toml files", "a100,h100")
+
+
 def identifier(what: str, longest: int = 100) -> Callable[[str], str]:
     """An argparse type: a name of letters, digits and ``. _ + : -`` (1 to ``longest``
     characters, the first a letter or digit), as names of specs, predictor sets and studies
@@ -331,7 +356,7 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
                    help="language models: prompt tokens (prefill) or the context length the "
                         "new token attends to (decode)")
     g.add_argument("--hw", dest="hardware", action="append", required=hardware is None,
-                   type=nonempty_text("a catalog name (dse hw list) or a spec .toml"),
+                   type=HARDWARE_LIST,
                    metavar="NAME|PATH",
                    help="catalog name (`dse hw list`) or spec .toml; also comma-separated, "
                         "e.g. a100,h100,my_gpu.toml" + said(hardware))
@@ -520,6 +545,52 @@ class Design:
         return labels
 
 
+#: Hardware fields only the event-level simulator reads (``dse simulate``, ``--evaluator
+#: simulate``). The roofline is a bound: every kernel at peak, back to back, its launch hidden
+#: behind the kernel before it (asynchronous launches, CUDA graphs) and its data streamed; a
+#: launch cost or an on-chip buffer that shapes tiles would make it a forecast, and no longer
+#: what the simulator with ideal settings equals.
+SIMULATOR_FIELDS = ("sm_count", "shared_memory_per_sm_bytes", "kernel_launch_overhead_s")
+#: Hardware fields dse measure's speed of light reads (the caches only for its warm rows).
+MEASURE_FIELDS = ("dram_bandwidth_bytes_per_s", "tensor_flops_per_s.", "vector_flops_per_s.",
+                  "sparse_tensor.", "block_sparse.", "cache.")
+
+
+def _unread_field(args: argparse.Namespace, field: str) -> str | None:
+    """Why the command ``args`` runs does not read hardware ``field`` and what would, or None
+    where it reads it."""
+    command = args.command_name
+    if hasattr(args, "evaluator"):  # the roofline unless --evaluator simulate
+        simulated = args.evaluator == "simulate"
+    else:  # dse simulate has the simulator's settings and no choice of evaluator
+        simulated = hasattr(args, "launch_overhead_s")
+    if command == "dse measure":
+        if not field.startswith(MEASURE_FIELDS):
+            return ("its speed of light reads only the rates, the sparse kernels and (with "
+                    "--warm) the caches; leave it out")
+    if field in SIMULATOR_FIELDS and not simulated:
+        fix = ("add --evaluator simulate" if hasattr(args, "evaluator")
+               else "run dse simulate (or dse sweep --evaluator simulate) for it")
+        return ("only the event-level simulator reads it: the roofline bound prices kernels "
+                f"at peak, with no launch cost or on-chip buffer; {fix}, or leave it out")
+    return None
+
+
+def refuse_unread_overrides(args: argparse.Namespace) -> None:
+    """Refuse, in one line, a ``--set FIELD=VALUE`` (or a sweep's ``--vary hw.FIELD=...``) of a
+    hardware field the command never reads: an option is honoured or refused, never ignored
+    (``dse evaluate --set kernel_launch_overhead_s=1`` once changed nothing)."""
+    from accelerator_models import SpecError
+
+    given = [(f"--set {o}", o.partition("=")[0].strip()) for o in args.overrides]
+    given += [(f"--vary {v}", v.partition("=")[0].strip()[3:])
+              for v in getattr(args, "vary", None) or [] if v.strip().startswith("hw.")]
+    for option, field in given:
+        why = _unread_field(args, field)
+        if why is not None:
+            raise SpecError(f"{option}: {args.command_name} does not read {field}: {why}")
+
+
 def _unique(values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
@@ -553,6 +624,7 @@ def design_from_args(args: argparse.Namespace) -> Design:
               for m in _unique(last["--model"])]
     language = any(t.provenance.get("phase") for t in traces)
     hardware = [accelerator_models.load(h, args.overrides) for h in names]
+    refuse_unread_overrides(args)  # after the loader's own refusals of a bad --set
     from ..roofline import Numerics  # the engine (numba), once the names are known good
 
     design = Design(

@@ -21,6 +21,7 @@ from .names import (
 )
 from .options import (
     CALIBRATED_FIX,
+    HARDWARE_LIST,
     MAX_WEIGHT_GROUP,
     InputError,
     Parser,
@@ -105,7 +106,7 @@ def add_parsers(commands) -> None:
     lm.add_argument("--batch", dest="batches", action="append", type=batch_size, metavar="B",
                     help="batch size (repeatable), instead of the space's batches")
     lm.add_argument("--hw", dest="hardware", action="append", metavar="NAME|PATH",
-                    type=nonempty_text("a catalog name (dse hw list) or a spec .toml"),
+                    type=HARDWARE_LIST,
                     help="hardware base (repeatable or comma-separated), instead of the "
                          "space's hardware.base; the space's [hardware.set] still applies")
     lm.add_argument("--weight-dtype", choices=WEIGHT_DTYPES,
