@@ -7,7 +7,7 @@ True
 """
 
 from .catalog import CATALOG_DIR, aliases, catalog_names, derive, load, resolve_path, spec_fields
-from .loader import CACHE_FIELDS, ENERGY_FIELDS, FIELDS, parse_pattern
+from .loader import CACHE_FIELDS, ENERGY_FIELDS, FIELDS, SIMULATOR_FIELDS, parse_pattern
 from .spec import (
     CACHE_LEVELS,
     FIGURES,
@@ -30,6 +30,7 @@ __all__ = [
     "ENERGY_FIELDS",
     "FIELDS",
     "FIGURES",
+    "SIMULATOR_FIELDS",
     "SparseTensorCore",
     "SpecError",
     "TENSOR_DTYPES",

@@ -28,8 +28,8 @@ from .spec import (
     SpecError,
 )
 
-__all__ = ["CACHE_FIELDS", "ENERGY_FIELDS", "FIELDS", "parse_spec_file", "build", "apply_overrides",
-           "parse_pattern"]
+__all__ = ["CACHE_FIELDS", "ENERGY_FIELDS", "FIELDS", "SIMULATOR_FIELDS", "parse_spec_file",
+           "build", "apply_overrides", "parse_pattern"]
 
 _PATTERN = re.compile(r"^\s*(\d{1,18})\s*:\s*(\d{1,18})\s*$")
 #: The largest group size M of a pattern: the formats' own bound (formats.nm.MAX_M), repeated
@@ -180,6 +180,13 @@ FIELDS: dict[str, Callable[[Any, str], Any]] = {
     **{f"cache.{level}_{what}": _positive_float for level in CACHE_LEVELS
        for what in ("bytes", "bandwidth_bytes_per_s")},
 }
+
+#: The fields only the event-level simulator reads (dse.sim: ``dse simulate``, ``--evaluator
+#: simulate``). The roofline is a bound: every kernel at peak, back to back, its launch hidden
+#: behind the kernel before it (asynchronous launches, CUDA graphs) and its data streamed; a
+#: launch cost or an on-chip buffer that shapes tiles would make it a forecast, and no longer
+#: what the simulator with ideal settings equals. Commands that price the roofline refuse them.
+SIMULATOR_FIELDS = ("sm_count", "shared_memory_per_sm_bytes", "kernel_launch_overhead_s")
 
 #: The cache-hierarchy fields: optional (see FIELDS).
 CACHE_FIELDS = tuple(p for p in FIELDS if p.startswith("cache."))

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from accelerator_models import ENERGY_FIELDS, Accelerator
+from accelerator_models import ENERGY_FIELDS, SIMULATOR_FIELDS, Accelerator
 from dse.accuracy import DEFAULT_TABLE, AccuracyTable, AccuracyTableError, load_accuracy_table
 from dse.accuracy.llm_table import (
     DEFAULT_LLM_METRIC,
@@ -135,6 +135,7 @@ class Problem:
         # "candidates" in sparse_tensor.patterns: every N:M format evaluated, baseline included.
         nm = [f for f in self.evaluated if isinstance(parse_format(f), NM)]
         self.builder = HardwareBuilder(self.space, nm)
+        self._check_fields_read()
         self.accuracy = {t.model: self._accuracies(t) for t in self.traces}
         self._check_objective()
         self.predictors  # noqa: B018 - a calibrated study's predictors load (or fail) here
@@ -143,6 +144,22 @@ class Problem:
         self._llm_peaks: dict[str, dict[tuple[str, int], tuple[float, float]]] = {}
 
     # --- inputs --------------------------------------------------------------------------------
+
+    def _check_fields_read(self) -> None:
+        """Refuse a ``[hardware.set]`` or ``[hardware.vary]`` field that only the simulator
+        reads in a study the roofline prices: a setting is honoured or refused, never
+        ignored (``kernel_launch_overhead_s`` once changed nothing)."""
+        if self.simulation is not None:
+            return
+        given = [("set", path) for path, _ in self.space.fixed]
+        given += [("vary", knob.path) for knob in self.space.knobs]
+        for table, path in given:
+            if path in SIMULATOR_FIELDS:
+                raise SearchError(
+                    f"search space {self.space.where}: hardware.{table} {path!r}: only the "
+                    "event-level simulator reads it (the roofline bound prices kernels at "
+                    "peak, with no launch cost or on-chip buffer); add --evaluator simulate, "
+                    "or leave it out")
 
     def _language(self) -> bool:
         kinds = {bool(t.provenance.get("phase")) for t in self.traces}

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -355,3 +356,24 @@ def test_a_cache_level_narrower_than_dram_moves_evaluates_cold_bound():
     slow = api.evaluate_layers("toy_hybrid", narrow, "dense")
     assert slow["memory_s"].to_numpy() == pytest.approx(
         base["memory_s"].to_numpy() * plain.dram_bandwidth_bytes_per_s / 1e10, rel=1e-12)
+
+
+@pytest.mark.parametrize("table", ["set", "vary"])
+def test_a_search_space_setting_only_the_simulator_reads_is_refused(table, tmp_path, capsys):
+    """A space's [hardware.set] or [hardware.vary] goes through the same rule as --set: in a
+    roofline study kernel_launch_overhead_s changed nothing, so it is refused, and nothing is
+    written; with --evaluator simulate it is read."""
+    text = (Path(__file__).parents[1] / "search" / "spaces" / "default.toml").read_text()
+    value = "0.001" if table == "set" else "[0.0, 0.001]"
+    if table == "set":
+        rate = '"sparse_tensor.nonzero_rate" = 1.0'
+        text = text.replace(rate, f'{rate}\n"kernel_launch_overhead_s" = {value}')
+    else:
+        text += f'\n[hardware.vary]\n"kernel_launch_overhead_s" = {value}\n'
+    space = tmp_path / "space.toml"
+    space.write_text(text)
+    out = tmp_path / "out"
+    line = _refused(["search", "--space", str(space), "--out", str(out)], capsys)
+    assert f"hardware.{table} 'kernel_launch_overhead_s'" in line, line
+    assert "add --evaluator simulate" in line, line
+    assert not out.exists()

@@ -545,13 +545,8 @@ class Design:
         return labels
 
 
-#: Hardware fields only the event-level simulator reads (``dse simulate``, ``--evaluator
-#: simulate``). The roofline is a bound: every kernel at peak, back to back, its launch hidden
-#: behind the kernel before it (asynchronous launches, CUDA graphs) and its data streamed; a
-#: launch cost or an on-chip buffer that shapes tiles would make it a forecast, and no longer
-#: what the simulator with ideal settings equals.
-SIMULATOR_FIELDS = ("sm_count", "shared_memory_per_sm_bytes", "kernel_launch_overhead_s")
-#: Hardware fields dse measure's speed of light reads (the caches only for its warm rows).
+#: Hardware fields dse measure's speed of light reads (the caches: the warm rows' levels and
+#: the cold rows' narrowest link).
 MEASURE_FIELDS = ("dram_bandwidth_bytes_per_s", "tensor_flops_per_s.", "vector_flops_per_s.",
                   "sparse_tensor.", "block_sparse.", "cache.")
 
@@ -559,6 +554,8 @@ MEASURE_FIELDS = ("dram_bandwidth_bytes_per_s", "tensor_flops_per_s.", "vector_f
 def _unread_field(args: argparse.Namespace, field: str) -> str | None:
     """Why the command ``args`` runs does not read hardware ``field`` and what would, or None
     where it reads it."""
+    from accelerator_models import SIMULATOR_FIELDS
+
     command = args.command_name
     if hasattr(args, "evaluator"):  # the roofline unless --evaluator simulate
         simulated = args.evaluator == "simulate"
@@ -566,8 +563,8 @@ def _unread_field(args: argparse.Namespace, field: str) -> str | None:
         simulated = hasattr(args, "launch_overhead_s")
     if command == "dse measure":
         if not field.startswith(MEASURE_FIELDS):
-            return ("its speed of light reads only the rates, the sparse kernels and (with "
-                    "--warm) the caches; leave it out")
+            return ("its speed of light reads only the rates, the sparse kernels and the "
+                    "caches; leave it out")
     if field in SIMULATOR_FIELDS and not simulated:
         fix = ("add --evaluator simulate" if hasattr(args, "evaluator")
                else "run dse simulate (or dse sweep --evaluator simulate) for it")
