@@ -18,11 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -260,56 +255,6 @@ def test_the_cli_gives_the_hint_for_a_wide_config(tmp_path, capsys):
     line = _refused(["evaluate", "--model", str(config), "--phase", "prefill", "--context",
                      "16384", "--hw", "a100"], capsys)
     assert "self_attn.rotary" in line and line.endswith("give at most 10923 prompt tokens"), line
-
-
-# --- 5. fusion-rules and workloads export under a signal -----------------------------------------
-
-SEED = 26
-
-SIGNALLED = {
-    "workloads export": (["workloads", "export", "test_convnext", "--out", "{out}/t.json"],
-                         "t.json"),
-    "fusion-rules": (["fusion-rules", "--budget", "5s", "--out", "{out}/r.json"], "r.json"),
-}
-
-
-@pytest.mark.parametrize("command, sig", [
-    pytest.param(c, s, id=f"{c}-{s.name}") for c in sorted(SIGNALLED)
-    for s in (signal.SIGINT, signal.SIGKILL)])
-def test_a_signal_leaves_the_result_complete_or_absent(command, sig, tmp_path):
-    """Both compute in memory and write once, atomically (dse.output.write_atomic): at any
-    moment, the file under its final name is absent or complete; after SIGINT, exit 130 and
-    one line (or 0, had the run ended first). Hidden temporary files may outlive a SIGKILL."""
-    pytest.importorskip("torch")
-    argv, result = SIGNALLED[command]
-    out = tmp_path / "out"
-    out.mkdir()
-    delay = random.Random(f"{SEED}:{command}:{sig.name}").uniform(2.0, 6.0)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dse", *[a.replace("{out}", str(out)) for a in argv]],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    time.sleep(delay)
-    process.send_signal(sig)
-    _, err = process.communicate(timeout=300)
-    final = [p.name for p in out.iterdir() if not p.name.startswith(".")]
-    if process.returncode == 0:  # it ended before the signal: the result is whole
-        assert final == [result]
-    else:
-        assert final == [], final
-    if final:
-        document = json.loads((out / result).read_text())
-        assert document.get("ops") or document.get("pairs")
-    if sig == signal.SIGINT:
-        assert process.returncode in (0, 130), err
-        assert "Traceback" not in err, err
-        if process.returncode == 130:
-            lines = err.strip().splitlines()
-            assert lines[-1] == "dse: interrupted; no partial result file was left", err
-            assert not [line for line in lines if "error" in line], err
-            assert os.listdir(out) == []  # no temporary file either
-    else:
-        assert process.returncode == -signal.SIGKILL
 
 
 # --- 6. dse bench spmv on a full device ---------------------------------------------------------
