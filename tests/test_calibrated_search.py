@@ -137,12 +137,16 @@ def test_cpu_predictors_own_probed_host_is_no_variant():
     notes = got["calibration"].astype(str).to_numpy()
     assert len(notes) == 4
     assert all("carried over" not in n for n in notes[:2])
+    # the CPU's kernels ran in fp32 (the tf32 slot): bf16 GEMMs are extrapolated, and say so
+    assert all("bf16 compute never timed on cpu-amd-epyc-2c" in n for n in notes)
+    # the CPU's kernels ran in fp32 (the tf32 slot): bf16 GEMMs are extrapolated, and say so
+    assert all("bf16 compute never timed on cpu-amd-epyc-2c" in n for n in notes)
     assert all("fraction carried over from host" in n for n in notes[2:])
     assert (got["hardware"].astype(str) == "host").all()
     layers = evaluate_layers(trace, host, ["block16@87.5%"], [1], fusion="unfused",
                              numerics=numerics)
     want = expected_designs(evaluate(trace, host, ["block16@87.5%"], [1], numerics=numerics),
-                            expected_layers(layers, trace, cpu))
+                            expected_layers(layers, trace, cpu, numerics=numerics))
     assert list(notes[:2]) == list(want["calibration"].astype(str))
     np.testing.assert_allclose(got["expected_latency_s"][:2], want["expected_latency_s"],
                                rtol=1e-12)

@@ -194,7 +194,8 @@ def test_coverage_counts_quantised_gemms_as_extrapolated(dense_llm):
     line = coverage_note(cov, "hand", "tiny.decode.6")
     assert line.startswith("expectation extrapolated for tiny.decode.6: 19 of 19 GEMMs (100% "
                            "of the expected GEMM time) have a shape, N or dtype never timed on "
-                           "hand: they read int4 weights (its kernels were timed in fp16;")
+                           "hand: they compute or read int4 weights (its kernels were timed in "
+                           "fp16;")
     assert "shapes or N never timed: " in line
 
 
@@ -223,3 +224,30 @@ def test_evaluate_prices_and_marks_a_quantised_expectation(tiny_path, option, sa
     assert f"note: {said[5:]} never timed on h100-sxm" in printed
     row = json.loads(out.read_text())[0]
     assert row["expected_extrapolated_share"] == 1.0 and row["expected_latency_s"] > 0
+
+
+def test_a_compute_dtype_the_kernels_never_ran_in_is_marked():
+    """The shipped predictors' GEMMs ran in fp16 (H100) and fp32, priced in the tf32 slot
+    (CPU). An fp8 design's GEMMs are then extrapolated and every one says so; an fp16 design's
+    are not; int4 weights under fp8 compute carry both marks."""
+    import dse
+    from dse.calibrate.expected import timed_dtype
+    from dse.calibrate.predictor import load_predictors
+
+    assert timed_dtype(load_predictors("h100-sxm")) == "fp16"
+    assert timed_dtype(load_predictors("cpu-amd-epyc-2c")) == "tf32"
+    fp8 = dse.expected_ops("resnet50", "h100-sxm", "dense", 1, "h100-sxm",
+                           numerics=dse.Numerics(dtype="fp8"))
+    gemm = fp8["kind"].isin(["conv", "linear"]).to_numpy()
+    assert gemm.sum() == 54  # ResNet-50's 53 convolutions and its classifier
+    assert set(fp8.loc[gemm, "extrapolated_dtype"]) == {"fp8 compute"}
+    assert "fp8 compute never timed on h100-sxm: conv extrapolated" in " ".join(
+        fp8["calibration"])
+    fp16 = dse.expected_ops("resnet50", "h100-sxm", "dense", 1, "h100-sxm")
+    assert set(fp16["extrapolated_dtype"]) == {""}
+    from workloads import load_model
+
+    llama = load_model("llama-3-8b", "decode", 2048)
+    both = dse.expected_ops(llama, "h100-sxm", "dense", 1, "h100-sxm",
+                            numerics=dse.Numerics(dtype="fp8", weight_dtype="int4"))
+    assert "fp8 compute, int4 weights" in set(both["extrapolated_dtype"])

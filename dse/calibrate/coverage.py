@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .expected import op_configs
+from .expected import op_configs, timed_dtype
 
 __all__ = ["GEMM_FAMILIES", "Coverage", "coverage", "coverage_note", "measured_shapes",
            "with_extrapolated_share"]
@@ -148,7 +148,9 @@ def coverage(expected: pd.DataFrame, trace, predictors, dtype: str | None = None
         groups = f" x {r.groups}" if r.groups > 1 else ""
         at = f"N={r.n_min}" if r.n_min == r.n_max else f"N={r.n_min}-{r.n_max}"
         shown.append(f"{r.stem}: {r.m}x{r.k}{groups} at {at}")
-    return Coverage(designs, shown, known, dtypes, dtype)
+    # The dtype the kernels ran in, which the line names (the compute dtype asked for may
+    # itself be one they never ran in: "fp8 compute").
+    return Coverage(designs, shown, known, dtypes, timed_dtype(predictors) or dtype)
 
 
 def coverage_note(cov: Coverage, device: str, step: str) -> str:
@@ -174,10 +176,10 @@ def coverage_note(cov: Coverage, device: str, step: str) -> str:
         return (f"{head} have a shape or N never timed on {device}, priced from other shapes: "
                 + "; ".join(cov.examples))
     timed_in = cov.dtype or "the compute dtype"
-    line = (f"{head} have a shape, N or dtype never timed on {device}: they read "
+    line = (f"{head} have a shape, N or dtype never timed on {device}: they compute or read "
             f"{' and '.join(cov.dtypes)} (its kernels were timed in {timed_in}; priced as the "
-            "fraction of the speed of light those kernels reach, applied to the narrower "
-            "bytes)")
+            "fraction of the speed of light those kernels reach, applied to the bound in "
+            "those dtypes)")
     if cov.examples:
         line += "; shapes or N never timed: " + "; ".join(cov.examples)
     return line

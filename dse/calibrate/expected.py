@@ -37,6 +37,8 @@ directly, which would not move with the bytes) is priced by its fitted physical 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -185,7 +187,8 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
     module): ``expected_s`` sums them."""
     config = op_configs(layers, trace, cache, predictors.warm_capacity_bytes)
     count = config["kernels"].to_numpy()
-    untimed = _untimed_dtypes(layers, trace, numerics)
+    timed_in = timed_dtype(predictors)
+    untimed = _untimed_dtypes(layers, trace, numerics, timed_in)
     x = predictors.features(config)
     expected = np.zeros(len(config))
     names = np.full(len(config), "-", dtype=object)
@@ -229,7 +232,8 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
                 how = ("its floor + bound / ceiling used, as the times it learned do not "
                        "follow the bytes" if model is not None and model.target == "time"
                        else "the fraction of the speed of light of its "
-                       f"{_dtype_of(numerics)} kernels applied to the narrower bytes")
+                       f"{timed_in or _dtype_of(numerics)} kernels applied to the "
+                       f"{'bound in ' + numerics.dtype if 'compute' in what else 'narrower bytes'}")
                 said = (f"{what} never timed on {predictors.name}: {key} extrapolated, {how}")
                 narrow = rows[untimed[rows] == what]
                 notes[narrow] = f"{note}; {said}" if note else said
@@ -259,19 +263,52 @@ def _dtype_of(numerics: Numerics | None) -> str:
     return numerics.dtype if numerics is not None else "fp16"
 
 
-def _untimed_dtypes(layers: pd.DataFrame, trace, numerics: Numerics | None) -> np.ndarray:
-    """Per row of ``layers``: what its op reads in a dtype other than the compute dtype, which
-    no predictor timed: ``"int4 weights"`` (a GEMM's weights under weight-only quantisation),
-    ``"fp8 KV cache"`` (an attention product reading a narrower or wider KV cache), or ``""``."""
+def timed_dtype(predictors: DevicePredictors) -> str | None:
+    """The compute dtype the predictors' GEMMs were timed in, as calibration takes it (the most
+    common dtype of their datasets' rows; a CPU's fp32 rows are priced in the tf32 slot), or
+    None where the datasets are not shipped ones (then nothing is marked)."""
+    names = tuple(n.strip() for n in str(predictors.provenance.get("dataset") or "").split(",")
+                  if n.strip())
+    return _timed_dtype(names)
+
+
+@functools.lru_cache(maxsize=8)
+def _timed_dtype(names: tuple[str, ...]) -> str | None:
+    from ..measure.dataset import DATASETS_DIR, shipped_datasets
+
+    if not names or any(n not in shipped_datasets() for n in names):
+        return None
+    dtypes = pd.concat([pd.read_parquet(DATASETS_DIR / f"{n}.parquet", columns=["dtype"])
+                        for n in names], ignore_index=True)["dtype"].astype(str)
+    dtypes = dtypes[dtypes != ""]
+    if dtypes.empty:
+        return None
+    dtype = str(dtypes.mode().iloc[0])
+    return "tf32" if dtype == "fp32" else dtype  # as dse.calibrate.validate._on_spec prices it
+
+
+def _untimed_dtypes(layers: pd.DataFrame, trace, numerics: Numerics | None,
+                    timed_in: str | None = None) -> np.ndarray:
+    """Per row of ``layers``: what its op computes or reads in a dtype no predictor timed:
+    ``"fp8 compute"`` (a GEMM in a compute dtype other than ``timed_in``, the one the
+    predictors' kernels ran in), ``"int4 weights"`` (a GEMM's weights under weight-only
+    quantisation), ``"fp8 KV cache"`` (an attention product reading a narrower or wider KV
+    cache), several joined by ``", "``, or ``""``."""
     out = np.full(len(layers), "", dtype=object)
     if numerics is None or not len(layers):
         return out
     ops = trace.ops
     index = pd.Index(ops["name"]).get_indexer(layers["op"].astype(str))
+
+    def mark(rows: np.ndarray, what: str) -> None:
+        out[rows] = np.where(out[rows] == "", what, out[rows] + ", " + what)
+
+    if timed_in is not None and numerics.dtype != timed_in:
+        mark((ops["m"].to_numpy() > 0)[index], f"{numerics.dtype} compute")
     if numerics.quantised:
-        out[has_gemm_weights(ops)[index]] = f"{numerics.weight_dtype} weights"
+        mark(has_gemm_weights(ops)[index], f"{numerics.weight_dtype} weights")
     if numerics.kv_dtype is not None and numerics.kv_dtype != numerics.dtype:
-        out[cache_read_elems(trace)[index] > 0] = f"{numerics.kv_dtype} KV cache"
+        mark(cache_read_elems(trace)[index] > 0, f"{numerics.kv_dtype} KV cache")
     return out
 
 
