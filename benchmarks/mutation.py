@@ -4,7 +4,8 @@ small deliberate bugs ("mutants") a chosen fast test subset catches, per module.
 ``python -m benchmarks.mutation`` (every module; hours) or ``--module formats --module sol``
 (the names in ``MODULES``); ``--max N`` samples N mutants a module (seeded: ``--seed``);
 ``--at FILE:LINE`` runs only the mutants on that line (a survivor, once a test is written for
-it); ``--list`` prints the mutants without running them.
+it; ``--at FILE:LINE:CHANGE`` only that change); ``--list`` prints the mutants without running
+them.
 
 A small AST mutator, not mutmut: mutmut 3 first runs the whole test suite to map tests to
 functions (on this project's 2-core machine, an hour, and against its rule of running only the
@@ -58,7 +59,8 @@ MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                   "dse/roofline/evaluator.py", "dse/roofline/kernels.py",
                   "dse/roofline/memory.py", "dse/roofline/numerics.py",
                   "dse/roofline/pricing.py"),
-                 ("tests/test_reference.py", "tests/test_energy.py", "tests/test_memory.py")),
+                 ("tests/test_roofline_mutants.py", "tests/test_reference.py",
+                  "tests/test_energy.py", "tests/test_memory.py")),
     "sol": (("dse/measure/sol.py",),
             ("tests/test_bound.py::test_a_warm_row_is_bounded_by_the_caches_and_a_cold_one_by_dram",
              "tests/test_bound.py::test_a_depthwise_row_is_bounded_with_all_its_groups",
@@ -230,6 +232,71 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("workloads/llm.py", "mid = (lo + hi + 1) // 2", "1 -> 2"):
         "(lo + hi + 2) // 2 lies in (lo, hi] too while lo < hi: the search ends on the same "
         "longest prompt",
+    # dse/roofline (issue 26, a seeded sample of 150 of its mutants)
+    ("dse/roofline/energy.py", "capped = capped_at > latency", "> -> >="):
+        "at E_d / (board - static) == latency exactly, the cap and the latency are the same "
+        "time: capped latency, energy and power agree; power_capped at the tie is either",
+    ("dse/roofline/energy.py",
+     "sums = traffic.groupby(keys, sort=False)[list(_SUMS)].sum().reset_index()",
+     "False -> True"):
+        "groupby(sort=True) reorders the sums; the merge on the design keys puts them back",
+    ("dse/roofline/evaluator.py", "categorical: bool = False) -> pd.DataFrame:",
+     "False -> True"):
+        "_totals_frame's default is never used: its one caller, evaluate, passes categorical",
+    ("dse/roofline/evaluator.py", "@dataclass(frozen=True, eq=False)", "False -> True"):
+        "_GridLabels are cached as dict values, never compared nor hashed",
+    ("dse/roofline/evaluator.py", "for fusion, grid in zip(fusions, labels, strict=True):",
+     "True -> False"):
+        "zip(strict=False): _grid_labels builds one entry per fusion of the same list",
+    ("dse/roofline/kernels.py", "NUMPY_MAX_OP_EVALS = 20_000", "20000 -> 20001"):
+        "per_op's numpy and compiled paths give the same bits (test_per_op_kernels_by_hand): "
+        "the threshold only picks which runs a grid of exactly 20,000 op-evaluations",
+    ("dse/roofline/kernels.py",
+     "kernel = _per_op_parallel if work >= PARALLEL_MIN_OP_EVALS else _per_op_serial",
+     ">= -> >"):
+        "the parallel and serial per-op kernels give the same bits "
+        "(test_parallel_and_serial_kernels_agree): only which runs at exactly 200,000",
+    ("dse/roofline/memory.py", "@lru_cache(maxsize=256)", "256 -> 257"):
+        "a cache one entry larger: the same values, computed again one call later or sooner",
+    ("dse/roofline/memory.py", "room = np.where(known, capacity - weights, 0.0)", "0.0 -> 1.0"):
+        "room is used only where the capacity is known; the other rows' largest batch is NA",
+    ("dse/roofline/memory.py", "left = designs[keys].astype(str).reset_index(drop=True)",
+     "True -> False"):
+        "reset_index(drop=False) adds the old index as a column the merge carries and no one "
+        "reads",
+    ("dse/roofline/memory.py", "dram, onchip = np.zeros(n + 1), np.zeros(n + 1)", "1 -> 2 #1"):
+        "one more slot of the live-set differences, past the last op: the peak reads [:n] only",
+    ("dse/roofline/memory.py",
+     'prunable = rows.groupby(keys, sort=False)["weight_bytes"].sum().reset_index()',
+     "False -> True"):
+        "groupby(sort=True) reorders the sums; the merge on the design keys puts them back",
+    ("dse/roofline/pricing.py",
+     'bias_bytes = np.where(prunable, vb * (_as_float(ops, "weight_elems") - gw * m * k), 0.0)',
+     "0.0 -> 1.0"):
+        "a non-prunable op's bias_bytes is read only where the op takes the format (takes "
+        "implies prunable); elsewhere the dense weight bytes are used",
+    ("dse/roofline/pricing.py",
+     "dense = (np.where(needs, dense_flops, own[0]), np.where(needs, zeros, own[1]),",
+     "1 -> 2"):
+        "where no op needs the format's kernel it runs dense on the tensor cores: its own "
+        "sparse-core and CSR FLOPs (own[1], own[2]) are both 0 there",
+    ("dse/roofline/pricing.py",
+     "return sum(x for x, k in zip(sizes, kept, strict=True) if not k) / produced",
+     "True -> False"):
+        "zip(strict=False): rule_edges builds kept from the same producers as sizes",
+    ("dse/roofline/pricing.py", "routed_op = sets > 0", "0 -> 1"):
+        "an MoE layer of one expert (k <= E = 1, T >= 1 tokens a step) is read whole: "
+        "1 - (1 - 1/1)^T = 1, as an unrouted op",
+    ("dse/roofline/pricing.py", "@lru_cache(maxsize=64)", "64 -> 65 #4"):
+        "a cache one entry larger: the same values, computed again one call later or sooner",
+    # numba's on-disk cache saves the compile in the next process; the compiled code is the same
+    ("dse/roofline/kernels.py", '@_jit(cache=True, fastmath={"reassoc", "contract", "nsz"})',
+     "True -> False"):
+        "cache=False: the same kernel, compiled in every process (slower, same numbers)",
+    ("dse/roofline/kernels.py", "@_jit(cache=True)", "True -> False #1"):
+        "cache=False: the same kernel, compiled in every process (slower, same numbers)",
+    ("dse/roofline/kernels.py", "@_jit(cache=True, parallel=True)", "True -> False #1"):
+        "cache=False: the same kernel, compiled in every process (slower, same numbers)",
 }
 
 _BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
@@ -391,10 +458,11 @@ def _run_tests(repo: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[bo
 
 def run_module(name: str, repo: Path, limit: int | None, seed: int,
                at: set[str] | None = None) -> tuple[int, list[Mutant]]:
-    """Run ``name``'s mutants (only those on the lines ``at``, ``FILE:LINE``, when given);
-    returns (how many ran, the survivors)."""
+    """Run ``name``'s mutants (only those on the lines ``at``, ``FILE:LINE``, or only those
+    changes, ``FILE:LINE:CHANGE``, when given); returns (how many ran, the survivors)."""
     files, tests = MODULES[name]
-    every = [m for f in files for m in mutants(f) if not at or f"{m.file}:{m.line}" in at]
+    every = [m for f in files for m in mutants(f)
+             if not at or f"{m.file}:{m.line}" in at or f"{m.file}:{m.line}:{m.change}" in at]
     chosen = every if limit is None or limit >= len(every) else \
         sorted(random.Random(seed).sample(every, limit), key=lambda m: (m.file, m.index))
     passed, baseline, _ = _run_tests(repo, tests, 600)
@@ -429,9 +497,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max", type=int, default=None, metavar="N",
                         help="sample at most N mutants a module (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
-    parser.add_argument("--at", action="append", metavar="FILE:LINE",
+    parser.add_argument("--at", action="append", metavar="FILE:LINE[:CHANGE]",
                         help="only the mutants on this line (e.g. a survivor, to check the test "
-                             "written for it); repeatable")
+                             "written for it), or only its CHANGE as a run prints it "
+                             "('dse/roofline/energy.py:133:* -> /'); repeatable")
     parser.add_argument("--list", action="store_true", help="list the mutants; run nothing")
     args = parser.parse_args(argv)
     names = args.module or list(MODULES)

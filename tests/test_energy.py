@@ -134,8 +134,8 @@ def test_missing_figures_are_named_and_price_zero():
 
 
 def test_energy_frame_adds_its_columns_to_evaluate_rows_unchanged():
-    designs = dse.evaluate(TOY, HW, ["2:4"], [1, 8], fusion=["unfused", "fused"], scope="gemm",
-                           categorical=True)
+    designs = dse.roofline.evaluate(TOY, HW, ["2:4"], [1, 8], fusion=["unfused", "fused"],
+                                    scope="gemm", categorical=True)
     layers = evaluate_layer_frames(TOY, [HW], ["2:4"], [1, 8], ["unfused", "fused"], ["gemm"])
     out = energy_frame(designs, layers, TOY, HW)
     assert list(out.columns) == [*designs.columns, *ENERGY_COLUMNS]

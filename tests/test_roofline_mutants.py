@@ -1,0 +1,607 @@
+"""By hand, the numbers of dse/roofline that tests/test_reference.py, test_energy.py and
+test_memory.py leave loose: each test here was written for mutants that ``python -m
+benchmarks.mutation --module roofline`` found alive (the per-design counts and labels, the
+small-grid path, batch defaults, the compiled per-op kernel, the numpy-only totals, an MoE
+layer's touched experts, weight-only quantisation, the warm cache bound, the memory model's
+edges), with the expected values worked out in the comments beside them from the formulas of
+the Sparsity Roofline (shared/DESIGN.md), never from the code under test."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dse
+from accelerator_models import Accelerator, BlockSparse, CacheLevel, SparseTensorCore
+from dse.roofline import caches, evaluator, kernels, pricing
+from dse.roofline.energy import evaluate_energy, op_traffic
+from dse.roofline.fusion_rules import RuleTable
+from dse.roofline.memory import evaluate_memory, unread_weight_bytes
+from dse.roofline.numerics import Numerics, NumericsError, with_dtype_columns
+from dse.roofline.pricing import RuleEdges, price, rule_edges, stack_formats
+from formats import parse
+from workloads import Trace
+
+REL = 1e-12
+
+
+def _op(name, kind, m, k, n, weight, inp, out, vflops, prunable, producers, groups=1):
+    return {"name": name, "kind": kind, "m": m, "k": k, "n": n, "groups": groups,
+            "weight_elems": weight, "input_elems": inp, "output_elems": out,
+            "vector_flops": float(vflops), "prunable": prunable, "producers": producers}
+
+
+#: fc -> act -> view -> add, per sample: fc a linear W 8 x 16 on 4 tokens (no bias), reading the
+#: model input (4 x 16 = 64 elements), 2 * 8 * 16 * 4 = 1024 FLOPs, writing 32; act 256 vector
+#: FLOPs; view no work at all; add 32 vector FLOPs, the model output.
+CHAIN = Trace.from_records("chain", [4, 16], [
+    _op("fc", "linear", 8, 16, 4, 128, 64, 32, 0, True, ["input"]),
+    _op("act", "activation", 0, 0, 0, 0, 32, 32, 256, False, ["fc"]),
+    _op("view", "other", 0, 0, 0, 0, 32, 32, 0, False, ["act"]),
+    _op("add", "elementwise", 0, 0, 0, 0, 32, 32, 32, False, ["view"]),
+], {"source": "test"})
+
+#: Round rates: tensor cores 1e12 FLOP/s (2:4 on the sparse tensor core at the same rate per
+#: useful FLOP), vector cores 1e11 FLOP/s, DRAM 1e9 B/s; no energy figures.
+HW = Accelerator(
+    name="hand", description="", dram_bandwidth_bytes_per_s=1e9,
+    tensor_flops_per_s={"fp16": 1e12}, vector_flops_per_s={"fp32": 1e11, "fp16": 1e11},
+    block_sparse=BlockSparse(True, 1), sparse_tensor=SparseTensorCore(((2, 4),), 1.0))
+#: The same without a sparse tensor core: 2:4 falls back.
+NO_SPARSE = dataclasses.replace(HW, name="no-sparse", sparse_tensor=None)
+#: Half the DRAM bandwidth.
+HALF = dataclasses.replace(HW, name="half", dram_bandwidth_bytes_per_s=5e8)
+
+# CHAIN, dense, fp16, on HW, per op at batch b (seconds):
+#   fc:   compute 1024 b / 1e12; unfused memory (256 weight bytes + (64 + 32) x 2 b) / 1e9;
+#         fused (256 + 64 x 2 b) / 1e9 (reads the model input, its output stays on chip)
+#   act:  compute 256 b / 1e11; unfused 64 x 2 b / 1e9; fused 0 (intermediate)
+#   view: compute 0;            unfused 64 x 2 b / 1e9; fused 0
+#   add:  compute 32 b / 1e11;  unfused 64 x 2 b / 1e9; fused 32 x 2 b / 1e9 (model output)
+# Every op is memory-bound unfused; fused, act (0 < compute) and view (0 bytes, 0 work: not
+# bound by memory) are not.
+CHAIN_DENSE = {
+    1: {"unfused": dict(latency_s=4.48e-7 + 3 * 1.28e-7, memory_s=8.32e-7, memory_bound_ops=4,
+                        feature_bytes=576.0, dram_bytes=832.0),
+        "fused": dict(latency_s=3.84e-7 + 2.56e-9 + 0 + 6.4e-8, memory_s=4.48e-7,
+                      memory_bound_ops=2, feature_bytes=192.0, dram_bytes=448.0),
+        "fused_prefetched": dict(latency_s=4.48e-7, memory_s=4.48e-7, memory_bound_ops=2,
+                                 feature_bytes=192.0, dram_bytes=448.0),
+        "compute_s": 1.024e-9 + 2.56e-9 + 3.2e-10, "flops": 1024.0},
+    2: {"unfused": dict(latency_s=6.4e-7 + 3 * 2.56e-7, memory_s=1.408e-6, memory_bound_ops=4,
+                        feature_bytes=1152.0, dram_bytes=1408.0),
+        "fused": dict(latency_s=5.12e-7 + 5.12e-9 + 0 + 1.28e-7, memory_s=6.4e-7,
+                      memory_bound_ops=2, feature_bytes=384.0, dram_bytes=640.0),
+        "fused_prefetched": dict(latency_s=6.4e-7, memory_s=6.4e-7, memory_bound_ops=2,
+                                 feature_bytes=384.0, dram_bytes=640.0),
+        "compute_s": 2.048e-9 + 5.12e-9 + 6.4e-10, "flops": 2048.0},
+}
+
+
+def _check_chain_rows(frame: pd.DataFrame) -> None:
+    assert len(frame) == 6  # 3 fusions x 2 batches, dense only
+    for row in frame.to_dict("records"):
+        hand = CHAIN_DENSE[row["batch"]]
+        for column, value in hand[row["fusion"]].items():
+            assert row[column] == pytest.approx(value, rel=REL), (row["fusion"], column)
+        assert row["compute_s"] == pytest.approx(hand["compute_s"], rel=REL)
+        assert row["flops"] == pytest.approx(hand["flops"], rel=REL)
+        assert row["weight_bytes"] == 256.0
+        assert row["ops"] == 4 and row["bound"] == "memory" and row["speedup"] == 1.0
+        assert row["hw_fallback"] == "" and row["hw_fallback_ops"] == 0
+
+
+@pytest.mark.parametrize("path", ["evaluate", "evaluate_designs", "numpy_only"])
+def test_totals_counts_and_traffic_of_every_fusion_by_hand(path):
+    args = (CHAIN, HW, "dense", [1, 2])
+    kwargs = dict(fusion=list(dse.FUSIONS), scope="all")
+    if path == "evaluate":
+        frame = dse.evaluate(*args, **kwargs)
+    elif path == "evaluate_designs":  # at most 64 designs: the small-grid path
+        frame = dse.evaluate_designs(*args, **kwargs).frame()
+    else:  # every grid priced in numpy, numba never called
+        with kernels.numpy_only():
+            frame = dse.evaluate(*args, **kwargs)
+    _check_chain_rows(frame)
+
+
+def test_dense_rows_are_the_same_hardware_and_batch():
+    """2 hardware x (dense, 2:4) x 2 batches, unfused, scope gemm (fc alone). Dense fc:
+    (256 + 192 b) / BW: on HW 4.48e-7 (b 1), 6.4e-7 (b 2); on HALF 8.96e-7, 1.28e-6. 2:4 on HW:
+    64 values x 2 B + 64 x 2 bits = 144 B of weights, and the input rows read: a row of X is
+    unread when all 8 weights of its column are pruned, 1 - (1/2)^8 = 255/256 of them read, so
+    features 192 - 128 / 256 = 191.5 B a sample. HALF has the sparse core too."""
+    for frame in (dse.evaluate(CHAIN, [HW, HALF], "2:4", [1, 2]),
+                  dse.evaluate_designs(CHAIN, [HW, HALF], "2:4", [1, 2]).frame()):
+        dense = {("hand", 1): 4.48e-7, ("hand", 2): 6.4e-7, ("half", 1): 8.96e-7,
+                 ("half", 2): 1.28e-6}
+        bw = {"hand": 1e9, "half": 5e8}
+        assert len(frame) == 8
+        for row in frame.to_dict("records"):
+            key = (row["hardware"], row["batch"])
+            assert row["dense_latency_s"] == pytest.approx(dense[key], rel=REL)
+            if row["format"] == "2:4":
+                latency = (144 + 191.5 * row["batch"]) / bw[row["hardware"]]
+                assert row["latency_s"] == pytest.approx(latency, rel=REL)
+                assert row["speedup"] == pytest.approx(dense[key] / latency, rel=REL)
+                assert row["weight_sparsity"] == 0.5
+
+
+def test_two_scopes_give_the_rows_of_both():
+    """Dense at batch 1, unfused: scope gemm is fc alone, 4.48e-7 s; scope all adds three ops
+    of 1.28e-7 s each, 8.32e-7 s."""
+    for frame in (dse.evaluate(CHAIN, HW, "dense", 1, scope=["gemm", "all"]),
+                  dse.evaluate_designs(CHAIN, HW, "dense", 1, scope=["gemm", "all"]).frame()):
+        assert list(frame["scope"]) == ["gemm", "all"]
+        assert frame["latency_s"].tolist() == pytest.approx([4.48e-7, 8.32e-7], rel=REL)
+        assert frame["ops"].tolist() == [1, 4]
+
+
+def test_batch_defaults_to_one():
+    """Dense fc at batch 1, unfused: (256 + 192) / 1e9 = 4.48e-7 s; the library's functions
+    and the package's (dse.evaluate and dse.evaluate_layers wrap them)."""
+    for evaluate in (dse.evaluate, evaluator.evaluate,
+                     lambda *a: evaluator.evaluate_designs(*a).frame()):
+        frame = evaluate(CHAIN, HW, "dense")
+        assert frame["batch"].tolist() == [1]
+        assert frame["latency_s"].tolist() == pytest.approx([4.48e-7], rel=REL)
+    for layers in (dse.evaluate_layers(CHAIN, HW, "dense"),
+                   evaluator.evaluate_layers(CHAIN, HW, "dense")):
+        assert layers["batch"].tolist() == [1]
+        assert layers["memory_s"].tolist() == pytest.approx([4.48e-7], rel=REL)
+    energy = evaluate_energy(CHAIN, HW, "dense")
+    assert energy["batch"].tolist() == [1]
+    assert energy["latency_s"].tolist() == pytest.approx([4.48e-7], rel=REL)
+
+
+def test_label_columns_are_plain_strings_by_default():
+    for frame in (dse.evaluate(CHAIN, HW, "2:4"), evaluator.evaluate(CHAIN, HW, "2:4")):
+        for column in ("model", "hardware", "format", "family", "bound", "hw_fallback"):
+            assert not isinstance(frame[column].dtype, pd.CategoricalDtype), column
+        assert frame["hardware"].tolist() == ["hand", "hand"]
+    categorical = dse.evaluate(CHAIN, HW, "2:4", categorical=True)
+    assert isinstance(categorical["hardware"].dtype, pd.CategoricalDtype)
+
+
+@pytest.mark.parametrize("batch", [0, -1, True, 1.5, "2"])
+def test_a_batch_that_is_not_a_positive_integer_is_refused(batch):
+    with pytest.raises(dse.EvaluationError, match="batch size"):
+        dse.evaluate(CHAIN, HW, "dense", [batch])
+
+
+@pytest.mark.parametrize("path", ["evaluate", "evaluate_designs"])
+def test_hardware_fallback_labels_and_counts(path):
+    """On NO_SPARSE, 2:4 needs the sparse tensor core for fc (K 16 is a multiple of 4): the
+    dense kernel, (256 + 192) / 1e9 = 4.48e-7 s at batch 1, beats CSR of the same 64 nonzeros
+    (128 B of values + 4 B x (64 + 8 + 1) of index = 420 B, features 191.5 B: 6.115e-7 s), so
+    the design falls back to dense. 2:32 cannot take fc at all (K 16 is no multiple of 32): a
+    shape fallback, and no op needs the hardware, so no hardware fallback either."""
+    run = dse.evaluate if path == "evaluate" else \
+        lambda *a, **k: dse.evaluate_designs(*a, **k).frame()
+    frame = run(CHAIN, NO_SPARSE, ["2:4", "2:32"], 1)
+    rows = {r["format"]: r for r in frame.to_dict("records")}
+    assert (rows["dense"]["hw_fallback"], rows["dense"]["hw_fallback_ops"]) == ("", 0)
+    assert (rows["2:4"]["hw_fallback"], rows["2:4"]["hw_fallback_ops"]) == ("dense", 1)
+    assert rows["2:4"]["latency_s"] == pytest.approx(4.48e-7, rel=REL)
+    assert (rows["2:32"]["hw_fallback"], rows["2:32"]["hw_fallback_ops"]) == ("", 0)
+    assert rows["2:32"]["shape_fallback_ops"] == 1
+    assert rows["2:32"]["weight_sparsity"] == 0.0
+
+
+def test_csr_fallback_is_labelled_csr():
+    """With tensor cores of 1e8 FLOP/s, dense fc computes 1024 / 1e8 = 1.024e-5 s at batch 1,
+    while CSR of its 64 nonzeros on the vector cores (1e11 FLOP/s) computes 512 / 1e11 =
+    5.12e-9 s and moves (420 + 191.5) B / 1e9 = 6.115e-7 s: the CSR fallback is faster."""
+    slow = dataclasses.replace(NO_SPARSE, name="slow", tensor_flops_per_s={"fp16": 1e8})
+    for frame in (dse.evaluate(CHAIN, slow, "2:4", 1),
+                  dse.evaluate_designs(CHAIN, slow, "2:4", 1).frame()):
+        row = frame[frame["format"] == "2:4"].iloc[0]
+        assert (row["hw_fallback"], row["hw_fallback_ops"]) == ("csr", 1)
+        assert row["latency_s"] == pytest.approx(6.115e-7, rel=REL)
+        assert row["dense_latency_s"] == pytest.approx(1.024e-5, rel=REL)
+    # Per op, the kernel each design chose: CSR on the slow tensor cores, dense on NO_SPARSE.
+    for hw, why, unit, compute, memory in ((slow, "hw:csr", "vector", 5.12e-9, 6.115e-7),
+                                           (NO_SPARSE, "hw:dense", "tensor", 1.024e-9, 4.48e-7)):
+        layers = evaluator.evaluate_layers(CHAIN, hw, "2:4", 1)
+        row = layers[layers["format"] == "2:4"].iloc[0]
+        assert (row["fallback"], row["unit"]) == (why, unit)
+        assert row["compute_s"] == pytest.approx(compute, rel=REL)
+        assert row["memory_s"] == pytest.approx(memory, rel=REL)
+
+
+def test_layer_traffic_under_fused_and_warm_caches():
+    """Per op at batch 2, fused: DRAM bytes fc 256 + 2 x 128 = 512, act 0, view 0, add
+    2 x 64 = 128. Warm, unfused, on one cache level of 1000 B at 1e10 B/s in front of DRAM:
+    each op's bytes (fc 256 + 192 = 448, the others 128 at batch 1) fit the level, so its
+    memory time is bytes / 1e10."""
+    layers = dse.evaluate_layers(CHAIN, HW, "dense", 2, fusion="fused", scope="all")
+    assert layers["dram_bytes"].tolist() == [512.0, 0.0, 0.0, 128.0]
+    assert layers["unit"].tolist() == ["tensor", "vector", "vector", "vector"]
+    cached = dataclasses.replace(HW, cache_levels=(CacheLevel("l1", 1000.0, 1e10),))
+    warm = dse.evaluate_layers(CHAIN, cached, "dense", 1, scope="all", cache="warm")
+    assert warm["memory_s"].tolist() == pytest.approx([4.48e-8, 1.28e-8, 1.28e-8, 1.28e-8],
+                                                      rel=REL)
+    assert warm["time_s"].tolist() == pytest.approx([4.48e-8, 1.28e-8, 1.28e-8, 1.28e-8],
+                                                    rel=REL)
+
+
+def test_a_fraction_of_a_flop_still_runs_on_the_tensor_cores():
+    """A 1 x 1 linear pruned to block1@87.5%: 2 x 0.125 x 1 = 0.25 useful FLOPs a sample, on the
+    tensor cores (block sparsity keeps them)."""
+    tiny = Trace.from_records("tiny", [1], [_op("w", "linear", 1, 1, 1, 1, 1, 1, 0, True,
+                                                ["input"])])
+    layers = dse.evaluate_layers(tiny, HW, "block1@0.875", 1)
+    row = layers[layers["format"] == "block1@87.5%"].iloc[0]
+    assert row["flops"] == 0.25 and row["unit"] == "tensor"
+
+
+def test_warm_and_cold_memory_time_by_hand():
+    """One level of 1000 B at 1e10 B/s, DRAM 1e9 B/s. Warm: max(x / 1e10, (x - 1000)^+ / 1e9):
+    500 B 5e-8 s, 1000 B 1e-7 s, 3000 B max(3e-7, 2e-6) = 2e-6 s. Cold: every byte from DRAM
+    through the level, the slower link bounds: 1e-9 s/B here; with a level of 1.5e9 B/s still
+    DRAM's 1e-9; with a level of 5e8 B/s, the level's 2e-9."""
+    acc = dataclasses.replace(HW, cache_levels=(CacheLevel("l1", 1000.0, 1e10),))
+    warm = caches.memory_time(np.array([500.0, 1000.0, 3000.0]), acc, "warm")
+    assert warm.shape == (3,)
+    assert warm.tolist() == pytest.approx([5e-8, 1e-7, 2e-6], rel=REL)
+    assert caches.memory_time(3000.0, acc, "cold") == pytest.approx(3e-6, rel=REL)
+    capacity, rates = caches.memory_pieces(acc, "warm")
+    assert capacity.tolist() == [0.0, 1000.0]
+    assert rates.tolist() == pytest.approx([1e-10, 1e-9], rel=REL)
+    for level_bw, per_byte in ((1e10, 1e-9), (1.5e9, 1e-9), (5e8, 2e-9)):
+        acc = dataclasses.replace(HW, cache_levels=(CacheLevel("l2", 1e6, level_bw),))
+        assert caches.cold_seconds_per_byte(acc) == pytest.approx(per_byte, rel=REL)
+
+
+# --- the kernels, called directly --------------------------------------------------------
+
+# Two hardware rows (reciprocal rates: seconds per byte, per tensor, sparse, CSR and vector
+# FLOP), one format, two batches, two ops; each alternative kernel k has its own arrays.
+_HW = np.array([[1e-9, 1e-12, 5e-13, 1e-11, 2e-11],
+                [2e-9, 2e-12, 1e-12, 2e-11, 4e-11]])
+_BATCHES = np.array([1.0, 2.0])
+
+
+def _arrays():
+    """(tensor, sparse, CSR FLOPs, weight bytes, unfused and fused feature bytes), each
+    (3 kernels, 1 format, 2 ops), and the ops' vector FLOPs: kernel 0 uses every unit, kernel 1
+    only the tensor cores, kernel 2 only CSR."""
+    ft = np.array([[[100.0, 10.0]], [[300.0, 30.0]], [[0.0, 0.0]]])
+    fs = np.array([[[40.0, 0.0]], [[0.0, 0.0]], [[0.0, 0.0]]])
+    fc = np.array([[[10.0, 0.0]], [[0.0, 0.0]], [[50.0, 5.0]]])
+    wb = np.array([[[300.0, 0.0]], [[600.0, 0.0]], [[400.0, 0.0]]])
+    fu = np.array([[[50.0, 8.0]], [[60.0, 8.0]], [[50.0, 8.0]]])
+    ff = np.array([[[20.0, 0.0]], [[30.0, 0.0]], [[20.0, 0.0]]])
+    vflops = np.array([5.0, 16.0])
+    return ft, fs, fc, wb, fu, ff, vflops
+
+
+def _per_op_by_hand(h, k, batch):
+    """compute = batch x max(ft / P_tensor + fs / P_sparse, fc / P_csr + v / P_vector);
+    memory = (weight bytes + features x batch) / BW; FLOPs = (ft + fs + fc) x batch."""
+    ft, fs, fc, wb, fu, ff, v = (a[k, 0] if a.ndim == 3 else a for a in _arrays())
+    inv = _HW[h]
+    compute = np.maximum(batch * (ft * inv[1] + fs * inv[2]), batch * (fc * inv[3] + v * inv[4]))
+    return (compute, (wb + fu * batch) * inv[0], (wb + ff * batch) * inv[0],
+            (ft + fs + fc) * batch, wb)
+
+
+@pytest.mark.parametrize("kernel", ["_per_op_serial", "_per_op_parallel", "_per_op_numpy"])
+def test_per_op_kernels_by_hand(kernel):
+    """Designs d = h x 2 + b (one format); each runs its own kernel: 0, 1, 2, 0. E.g. design 0
+    (h 0, batch 1, own kernel), op 0: tensor 100 x 1e-12 + 40 x 5e-13 = 1.2e-10 s, vector
+    10 x 1e-11 + 5 x 2e-11 = 2e-10 s, so compute 2e-10; memory (300 + 50) x 1e-9 = 3.5e-7,
+    fused (300 + 20) x 1e-9; 150 FLOPs."""
+    ft, fs, fc, wb, fu, ff, vflops = _arrays()
+    chosen = np.array([0, 1, 2, 0], dtype=np.int64)
+    out = getattr(kernels, kernel)(_HW, chosen, _BATCHES, ft, fs, fc, wb, fu, ff, vflops)
+    for array in out:
+        assert array.shape == (4, 2)
+    for d, (h, b) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
+        hand = _per_op_by_hand(h, chosen[d], _BATCHES[b])
+        for got, want in zip(out, hand, strict=True):
+            np.testing.assert_allclose(got[d], want, rtol=REL)
+    compute = out[0]
+    assert compute[0, 0] == pytest.approx(2e-10, rel=REL)
+    assert out[1][0, 0] == pytest.approx(3.5e-7, rel=REL)
+    assert out[3][0, 0] == 150.0
+
+
+def test_design_totals_kernels_by_hand():
+    """The totals of the same arrays, each design with its own kernel (native) and, where the
+    hardware cannot run the format and an op needs it, with the dense (slot 0) and CSR (slot 1)
+    fallbacks. Hardware 1 cannot run the format."""
+    ft, fs, fc, wb, fu, ff, vflops = _arrays()
+    native = np.array([[True], [False]])
+    fallback_ops = np.array([1], dtype=np.int64)
+    args = (_HW, native, fallback_ops, _BATCHES, ft, fs, fc, wb, fu, ff, vflops)
+    for totals in (kernels._design_totals_serial(*args), kernels._design_totals_parallel(*args)):
+        assert totals.shape == (4, 2, kernels.TOTAL_COLUMNS)
+        for d, (h, b) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
+            for slot, k in ((0, 0), (1, 0)) if h == 0 else ((0, 1), (1, 2)):
+                c, m, fm, flops, w = _per_op_by_hand(h, k, _BATCHES[b])
+                row = totals[d, slot]
+                assert row[kernels.T_UNFUSED] == pytest.approx(np.maximum(c, m).sum(), rel=REL)
+                assert row[kernels.T_FUSED] == pytest.approx(np.maximum(c, fm).sum(), rel=REL)
+                assert row[kernels.T_COMPUTE] == pytest.approx(c.sum(), rel=REL)
+                assert row[kernels.T_MEMORY_UNFUSED] == pytest.approx(m.sum(), rel=REL)
+                assert row[kernels.T_MEMORY_FUSED] == pytest.approx(fm.sum(), rel=REL)
+                assert row[kernels.T_WEIGHT_BYTES] == w.sum()
+                assert row[kernels.T_FLOPS] == flops.sum()
+                assert row[kernels.T_MEMBOUND_UNFUSED] == (m > c).sum()
+                assert row[kernels.T_MEMBOUND_FUSED] == (fm > c).sum()
+
+
+def test_on_first_load_hooks_only_a_process_that_has_not_loaded_the_kernels(monkeypatch):
+    monkeypatch.setattr(kernels, "_FIRST_LOAD", [])
+    monkeypatch.setattr(kernels, "_COMPILED", {})  # as a new process has it
+
+    def hook():
+        return None
+
+    kernels.on_first_load(hook)
+    assert kernels._FIRST_LOAD == [hook]
+    kernels.on_first_load(None)
+    assert kernels._FIRST_LOAD == []
+    monkeypatch.setattr(kernels, "_COMPILED", {"loaded": hook})  # kernels already loaded
+    kernels.on_first_load(hook)
+    assert kernels._FIRST_LOAD == []
+
+
+# --- an MoE layer: 4 experts, 1 per token --------------------------------------------------
+
+#: experts: a routed linear of 4 sets of W 8 x 16 (512 weights, 1024 B), 1 token a sample,
+#: each token reads 1 set: a step of T = batch tokens touches 1 - (3/4)^T of the weights:
+#: 1/4 at batch 1, 7/16 at batch 2. norm: 8 weights, not routed.
+MOE = Trace.from_records("moe", [16], [
+    _op("experts", "linear", 8, 16, 1, 512, 16, 8, 0, True, ["input"]),
+    _op("norm", "norm", 0, 0, 0, 8, 8, 8, 32, False, ["experts"]),
+], {"routed_weights_by_op": {"experts": {"sets": 4, "sets_per_token": 1,
+                                         "tokens_per_sample": 1}}})
+
+
+def test_moe_weights_read_per_batch_by_hand():
+    """Dense, unfused, scope all. Batch 1: experts read 1024 / 4 = 256 B + (16 + 8) x 2 = 48 B
+    of features: 3.04e-7 s; norm 16 + 32 B: 4.8e-8 s. Batch 2: 1024 x 7/16 = 448 B + 96 B:
+    5.44e-7 s; norm 16 + 64 B: 8e-8 s."""
+    frame = dse.evaluate(MOE, HW, "dense", [1, 2], scope="all")
+    assert frame["weight_bytes"].tolist() == [272.0, 464.0]
+    assert frame["latency_s"].tolist() == pytest.approx([3.52e-7, 6.24e-7], rel=REL)
+    layers = dse.evaluate_layers(MOE, HW, "dense", [1, 2], scope="all")
+    assert layers["weight_bytes"].tolist() == [256.0, 16.0, 448.0, 16.0]
+    assert layers["memory_s"].tolist() == pytest.approx([3.04e-7, 4.8e-8, 5.44e-7, 8e-8],
+                                                        rel=REL)
+    # The experts a step leaves untouched: 1024 x 3/4 = 768 B at batch 1, 1024 x 9/16 = 576 B
+    # at batch 2; all of them stay resident: 1024 + 16 B of weights at either batch.
+    assert unread_weight_bytes(frame, MOE).tolist() == [768.0, 576.0]
+    resident = evaluate_memory(MOE, HW, "dense", [1, 2], scope="all")
+    assert resident["weight_storage_bytes"].tolist() == [1040.0, 1040.0]
+    assert unread_weight_bytes(dse.evaluate(CHAIN, HW, "dense", [1, 2]), CHAIN).tolist() \
+        == [0.0, 0.0]
+
+
+def test_moe_value_and_index_bytes_of_a_step():
+    """2:4 on the experts at batch 1: stored values 4 x 64 x 2 B = 512 B, index 4 x 64 x 2 bits
+    = 64 B; a step reads a quarter: 128 B of values, 16 B of index."""
+    layers = dse.evaluate_layers(MOE, HW, "2:4", 1, scope="all")
+    traffic = op_traffic(layers, MOE, Numerics())
+    row = traffic[(traffic["format"] == "2:4") & (traffic["op"] == "experts")].iloc[0]
+    assert row["weight_bytes"] == 144.0
+    assert row["value_bytes"] == 128.0
+    assert row["index_bytes"] == 16.0
+
+
+def test_op_traffic_names_an_op_the_trace_lacks():
+    layers = dse.evaluate_layers(CHAIN, HW, "dense", 1, scope="all")
+    layers.loc[2, "op"] = "ghost"
+    with pytest.raises(ValueError, match="'ghost' is not in trace 'chain'"):
+        op_traffic(layers, CHAIN, Numerics())
+
+
+def test_a_spec_without_energy_figures_has_no_energy():
+    row = evaluate_energy(CHAIN, HW, "dense", 1).iloc[0]
+    for column in ("energy_j", "energy_per_inference_j", "avg_power_w", "edp_js",
+                   "energy_tensor_j", "energy_dram_j", "energy_static_j"):
+        assert np.isnan(row[column]), column
+    assert "dram_pj_per_byte" in row["energy_unpriced"]
+
+
+# --- the memory model's edges ---------------------------------------------------------------
+
+def test_memory_fits_at_the_exact_edges():
+    """CHAIN at batch 2. Unfused, live activations per sample: at fc the model input 64 and
+    fc's output 32, 96 elements (later ops: 64), so 96 x 2 B x 2 = 384 B; weights 256 B; peak
+    640 B. Fused: in DRAM the input (64) until fc and add's output (32): 64 x 2 x 2 = 256 B, peak
+    512 B; on chip two intermediates at once (act reads fc's output while writing its own):
+    64 x 2 x 2 = 256 B. Capacity 640 B and an L2 of 256 B are both exactly enough. The largest
+    batch: floor((640 - 256) / 192) = 2 unfused, floor(384 / 128) = 3 fused."""
+    edge = dataclasses.replace(HW, dram_capacity_bytes=640.0, l2_bytes=256.0)
+    frame = evaluate_memory(CHAIN, edge, "dense", 2, fusion=["unfused", "fused"], scope="all")
+    rows = {r["fusion"]: r for r in frame.to_dict("records")}
+    assert rows["unfused"]["activation_peak_bytes"] == 384.0
+    assert rows["unfused"]["peak_memory_bytes"] == 640.0
+    assert rows["unfused"]["fits"] is True
+    assert rows["unfused"]["largest_batch_that_fits"] == 2
+    assert rows["fused"]["activation_peak_bytes"] == 256.0
+    assert rows["fused"]["onchip_peak_bytes"] == 256.0
+    assert rows["fused"]["fits_on_chip"] is True
+    assert rows["fused"]["largest_batch_that_fits"] == 3
+
+
+def test_a_model_without_prunable_ops_stores_only_its_other_weights():
+    """One norm of 8 weights: 16 B; live activations the input 16 and the output 16, 64 B."""
+    norm = Trace.from_records("norm", [16], [_op("n", "norm", 0, 0, 0, 8, 16, 16, 64, False,
+                                                 ["input"])])
+    row = evaluate_memory(norm, HW, "dense", 1, scope="all").iloc[0]
+    assert row["weight_storage_bytes"] == 16.0
+    assert row["peak_memory_bytes"] == 80.0
+
+
+# --- number formats -------------------------------------------------------------------------
+
+#: One linear of W 2 x 256 (512 weights) and one linear without weights (not prunable).
+WIDE = Trace.from_records("wide", [256], [
+    _op("wide", "linear", 2, 256, 1, 512, 256, 2, 0, True, ["input"]),
+    _op("bare", "linear", 2, 256, 1, 0, 256, 2, 0, False, ["input"]),
+])
+
+
+@pytest.mark.parametrize("numerics, wide_bytes", [
+    (Numerics(), 512 * 2),
+    (Numerics(dtype="tf32"), 512 * 4),
+    # int4: 0.5 B a value, one fp16 scale per group of 128 along K: 2 rows x 2 groups x 2 B
+    (Numerics(weight_dtype="int4"), 256 + 8),
+    (Numerics(weight_dtype="int4", weight_group_size=64), 256 + 2 * 4 * 2),
+    # int8 and fp8: one scale per row (per output channel)
+    (Numerics(weight_dtype="int8"), 512 + 2 * 2),
+    (Numerics(weight_dtype="fp8"), 512 + 2 * 2),
+])
+def test_weight_storage_per_numerics_by_hand(numerics, wide_bytes):
+    # An op without weights stores no scales either.
+    assert pricing.weight_bytes_dense(WIDE, numerics).tolist() == [wide_bytes, 0.0]
+
+
+def test_numerics_labels_and_refusals():
+    assert Numerics().weight_label == "fp16"
+    assert Numerics(weight_dtype="int4").weight_label == "int4 (group 128)"
+    assert Numerics(weight_dtype="int8").weight_label == "int8 (per channel)"
+    assert Numerics(weight_dtype="int4", weight_group_size=32).group_size == 32
+    assert Numerics(weight_dtype="int8").group_size is None
+    with pytest.raises(NumericsError, match="no narrower"):  # 1 byte is not below fp8's 1
+        Numerics(dtype="fp8", weight_dtype="int8")
+    assert Numerics(dtype="fp8", weight_dtype="int4").weight_value_bytes == 0.5
+
+
+def test_dtype_columns_of_language_and_other_rows():
+    table = pd.DataFrame({"x": [1, 2]})
+    out = with_dtype_columns(table, Numerics(), language=True)
+    assert out["kv_dtype"].tolist() == ["fp16", "fp16"]
+    out = with_dtype_columns(table, Numerics(kv_dtype="fp8"), language=[True, False])
+    assert out["kv_dtype"][0] == "fp8" and pd.isna(out["kv_dtype"][1])
+    assert out["weight_dtype"].tolist() == ["fp16", "fp16"]
+    assert "kv_dtype" not in with_dtype_columns(table, Numerics())
+
+
+# --- pricing ---------------------------------------------------------------------------------
+
+def test_weight_sparsity_input_rows_and_grouped_flops_by_hand():
+    """CHAIN under 2:4: fc keeps 64 of its 128 weights, the other ops have none: weight
+    sparsity 0.5. fc's X is its input (K 16 x N 4 = 64 elements), so 255/256 of it is read:
+    unfused features 192 - 128 / 256 = 191.5 B, fused (model input 128 B) 127.5 B. A grouped
+    conv of 2 groups of W 4 x 8 on N 2 under 2:4: 2 x 2 x 16 nonzeros x 2 = 128 useful FLOPs."""
+    fmts = stack_formats([parse("2:4")])
+    p = price(CHAIN, fmts, Numerics())
+    assert p.weight_sparsity.tolist() == [0.0, 0.5]
+    assert p.input_read[1].tolist() == [255 / 256, 1.0, 1.0, 1.0]
+    a = pricing.kernel_arrays(p, "all")
+    assert a.feature_bytes_unfused[pricing.KERNEL_OWN, 1].tolist() == [191.5, 128, 128, 128]
+    assert a.feature_bytes_fused[pricing.KERNEL_OWN, 1].tolist() == [127.5, 0, 0, 64]
+    grouped = Trace.from_records("grouped", [32], [
+        _op("conv", "conv", 4, 8, 2, 64, 32, 16, 0, True, ["input"], groups=2)])
+    g = price(grouped, fmts, Numerics())
+    assert g.flops[:, 0].tolist() == [256.0, 128.0]
+    assert g.weight_sparsity.tolist() == [0.0, 0.5]
+
+
+def test_all_rows_read_per_fusion_by_hand():
+    p = price(CHAIN, stack_formats([parse("2:4")]), Numerics())
+    total, inputs = evaluator.all_rows_read(p, CHAIN, "unfused")
+    assert total.tolist() == [192.0, 128.0, 128.0, 128.0]
+    assert inputs.tolist() == [128.0, 64.0, 64.0, 64.0]
+    total, inputs = evaluator.all_rows_read(p, CHAIN, "fused_prefetched")
+    assert total.tolist() == [128.0, 0.0, 0.0, 64.0]
+    assert inputs.tolist() == [128.0, 0.0, 0.0, 0.0]
+
+
+def test_rule_edges_by_hand():
+    """A table fusing linear -> activation only: fc's output (32) stays on chip for act; act,
+    view and add read theirs from DRAM, and each output but fc's is written. fc reads the model
+    input (64). An op with no producer at all reads its input from DRAM (8)."""
+    table = RuleTable.of("t", [("linear", "activation")])
+    edges = rule_edges(CHAIN, table)
+    assert isinstance(edges, RuleEdges)
+    assert edges.input_elems.tolist() == [64.0, 0.0, 32.0, 32.0]
+    assert edges.written.tolist() == [False, True, True, True]
+    assert edges.output_elems.tolist() == [0.0, 32.0, 32.0, 32.0]
+    orphan = Trace.from_records("orphan", [4], [
+        _op("const", "elementwise", 0, 0, 0, 0, 8, 8, 8, False, [])])
+    assert rule_edges(orphan, table).input_elems.tolist() == [8.0]
+
+
+def test_kv_cache_reads_are_priced_at_the_kv_dtype():
+    """A decode step's scores matmul reads 20 elements a sample, 12 of them keys from the KV
+    cache: at fp16 2 x (20 + 8) = 56 B of features, 40 B of them input. A cache of fp32 keys
+    adds (4 - 2) x 12 = 24 B (80 and 64 B); one of fp8 keys saves 12 B (44 and 28 B)."""
+    kv = Trace.from_records("kv", [8], [
+        _op("scores", "matmul", 2, 4, 2, 0, 20, 8, 0, False, ["input"])],
+        {"kv_read_by_op": {"scores": 12}})
+    for numerics, total, inputs in ((Numerics(), 56.0, 40.0),
+                                    (Numerics(kv_dtype="fp32"), 80.0, 64.0),
+                                    (Numerics(kv_dtype="fp8"), 44.0, 28.0)):
+        p = price(kv, stack_formats([]), numerics)
+        assert [a.tolist() for a in evaluator.all_rows_read(p, kv, "unfused")] \
+            == [[total], [inputs]]
+
+
+@pytest.mark.parametrize("numpy_only", [False, True])
+def test_an_op_at_the_ridge_point_is_not_memory_bound(numpy_only):
+    """Rates in powers of two make the tie exact: an elementwise op of 64 FLOPs on 16 input and
+    16 output elements (2 x 32 = 64 B, model input and output alike) on vector cores of 2^30
+    FLOP/s and DRAM of 2^30 B/s computes and moves for exactly 64 b / 2^30 s at batch b. Its
+    own bound says compute (memory is not above it), and the design counts it so."""
+    ridge = Accelerator(name="ridge", description="", dram_bandwidth_bytes_per_s=2.0**30,
+                        tensor_flops_per_s={"fp16": 2.0**40},
+                        vector_flops_per_s={"fp32": 2.0**30, "fp16": 2.0**30},
+                        block_sparse=BlockSparse(True, 1))
+    scale = Trace.from_records("scale", [16], [
+        _op("scale", "elementwise", 0, 0, 0, 0, 16, 16, 64, False, ["input"])])
+    with kernels.numpy_only(numpy_only):
+        frame = evaluator.evaluate(scale, ridge, "dense", [1, 2], fusion=list(dse.FUSIONS),
+                                   scope="all")
+        layers = evaluator.evaluate_layers(scale, ridge, "dense", 2, scope="all")
+    assert frame["memory_bound_ops"].tolist() == [0] * 6
+    assert frame["latency_s"].tolist() == [64 * b / 2.0**30 for b in (1, 2)] * 3
+    assert layers["bound"].tolist() == ["compute"]
+
+
+def test_cached_prices_cannot_be_changed_in_place():
+    """price, kernel_arrays and rule_edges are cached and shared between callers: frozen."""
+    p = price(CHAIN, stack_formats([parse("2:4")]), Numerics())
+    shared = (p, pricing.kernel_arrays(p, "all"),
+              rule_edges(CHAIN, RuleTable.of("t", [("linear", "activation")])))
+    for value in shared:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            value.ops = None
+
+
+def test_a_csr_design_keeps_its_other_ops_as_they_were():
+    """fc under 2:4 falls back to CSR on tensor cores of 1e8 FLOP/s (dense: 1024 / 1e8 =
+    1.024e-5 s); the norm after it (8 weights, 16 B; 128 vector FLOPs) needs no sparse kernel
+    and stays as it is. Batch 1, unfused, scope all: fc 512 CSR FLOPs, 5.12e-9 s of compute,
+    (420 + 191.5) / 1e9 = 6.115e-7 s of memory; norm 128 / 1e11 = 1.28e-9 s of compute,
+    (16 + 2 x 64) / 1e9 = 1.44e-7 s of memory. Useful GEMM FLOPs: fc's 512 only."""
+    slow = dataclasses.replace(NO_SPARSE, name="slow", tensor_flops_per_s={"fp16": 1e8})
+    normed = Trace.from_records("normed", [4, 16], [
+        _op("fc", "linear", 8, 16, 4, 128, 64, 32, 0, True, ["input"]),
+        _op("norm", "norm", 0, 0, 0, 8, 32, 32, 128, False, ["fc"])])
+    for frame in (evaluator.evaluate(normed, slow, "2:4", 1, scope="all"),
+                  evaluator.evaluate_designs(normed, slow, "2:4", 1, scope="all").frame()):
+        row = frame[frame["format"] == "2:4"].iloc[0]
+        assert row["hw_fallback"] == "csr"
+        assert row["flops"] == 512.0
+        assert row["weight_bytes"] == 436.0
+        assert row["compute_s"] == pytest.approx(6.4e-9, rel=REL)
+        assert row["latency_s"] == pytest.approx(6.115e-7 + 1.44e-7, rel=REL)
+
+
+def test_sparse_weights_with_scales_and_a_bias_by_hand():
+    """W 2 x 256 and a bias of 2, int4 under 2:4: 256 nonzeros x 0.5 B = 128 B of values,
+    256 x 2 bits = 64 B of index, the scales over the dense K (2 rows x 2 groups of 128 x 2 B
+    = 8 B) and the bias at fp16 (4 B): 204 B. Dense: 512 x 0.5 + 8 + 4 = 268 B."""
+    biased = Trace.from_records("biased", [256], [
+        _op("wide", "linear", 2, 256, 1, 514, 256, 2, 0, True, ["input"])])
+    p = price(biased, stack_formats([parse("2:4")]), Numerics(weight_dtype="int4"))
+    assert p.weight_bytes[:, 0].tolist() == [268.0, 204.0]
