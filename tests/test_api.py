@@ -46,11 +46,15 @@ def test_calibrated_evaluate_equals_the_command_line(tmp_path, capsys, device, h
     pd.testing.assert_frame_equal(again, got)
 
 
-def test_without_predictors_evaluate_is_the_bound_alone():
+def test_without_predictors_evaluate_is_the_bound_with_its_file_columns():
+    """No expectation without predictors: the bound's columns as dse.roofline.evaluate gives
+    them, then what dse evaluate --out adds (energy, memory, the number types)."""
     plain = dse.evaluate("toy_hybrid", "a100", ["2:4"], [1])
+    bound = dse.roofline.evaluate("toy_hybrid", "a100", ["2:4"], [1])
     assert "expected_latency_s" not in plain
-    pd.testing.assert_frame_equal(plain, dse.roofline.evaluate("toy_hybrid", "a100", ["2:4"],
-                                                               [1]))
+    assert list(plain.columns[:len(bound.columns)]) == list(bound.columns)
+    pd.testing.assert_frame_equal(plain[list(bound.columns)], bound)
+    assert {"energy_per_inference_j", "peak_memory_bytes", "dtype"} <= set(plain.columns)
 
 
 def test_calibrated_evaluate_takes_one_scope():
@@ -99,9 +103,10 @@ def test_a_search_request_takes_paths_as_text(tmp_path):
          batches=[1, 8], fusion=["unfused", "fused", "fused_prefetched"], scope=["gemm", "all"]),
 ])
 def test_the_fast_path_gives_evaluates_numbers_without_a_dataframe(grid):
-    """dse.evaluate_designs: columns, no DataFrame; its frame() is dse.evaluate's table."""
+    """dse.evaluate_designs: columns, no DataFrame; its frame() is the bound's table
+    (dse.roofline.evaluate; dse.evaluate adds energy, memory and the number types to it)."""
     designs = dse.evaluate_designs("convnext_tiny", **grid)
-    table = dse.evaluate("convnext_tiny", **grid)
+    table = dse.roofline.evaluate("convnext_tiny", **grid)
     assert isinstance(designs["latency_s"], np.ndarray) and len(designs) == len(table)
     pd.testing.assert_frame_equal(designs.frame(), table, check_exact=True)
     last = designs.row()

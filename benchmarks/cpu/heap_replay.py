@@ -1,6 +1,6 @@
 """A replay of glibc's main-arena malloc rules (2.36, x86-64) over a recorded call sequence.
 
-    python -m benchmarks.cpu.heap_replay LOG.bin      # a log from benchmarks.cpu.malloc_log
+    python -m benchmarks.cpu.malloc_log --replay LOG.bin   # a log malloc_log --keep kept
 
 It answers one question: how far does the heap's end (the program break, moved by ``brk``)
 rise and fall over a sequence of malloc calls, under glibc's default settings? The rules,
@@ -50,11 +50,8 @@ millions of calls, mostly at import) keeps the mechanism but not the exact figur
 
 from __future__ import annotations
 
-import argparse
 import bisect
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 __all__ = ["Heap", "Settings", "replay", "replay_blocks", "request_size", "OP_MALLOC",
            "OP_FREE", "OP_CALLOC", "OP_REALLOC", "OP_MEMALIGN", "OP_MARK"]
@@ -491,22 +488,3 @@ def replay_blocks(blocks, trim_threshold_bytes: int, repeats: int = 3) -> list[i
             heap.free(mem.pop(k))
         grown.append(heap.grown_bytes - before)
     return grown
-
-
-def main(argv: list[str] | None = None) -> int:
-    from benchmarks.cpu.malloc_log import read_log
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("log", type=Path)
-    args = p.parse_args(argv)
-    log = read_log(args.log)
-    heap, marks = replay(log.events(), log.heap_base())
-    marks = [m for m in marks if m["code"] < 1000]  # not the per-module markers of --hooks
-    for a, b in zip(marks, marks[1:], strict=False):
-        print(f"marker {a['code']}..{b['code']}: replayed brk grew "
-              f"{(b['grown_bytes'] - a['grown_bytes']) / 1e6:.1f} MB")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -396,6 +396,17 @@ def analyse(log: MallocLog, names: list[str] | None = None) -> tuple[dict, list[
     return row, large
 
 
+def _replay_log(path: Path) -> int:
+    """Print the brk growth glibc's rules give between the markers of a kept log."""
+    log = read_log(path)
+    _, marks = replay(log.events(), log.heap_base())
+    marks = [m for m in marks if m["code"] < 1000]  # not the per-module markers of --hooks
+    for a, b in zip(marks, marks[1:], strict=False):
+        print(f"marker {a['code']}..{b['code']}: replayed brk grew "
+              f"{(b['grown_bytes'] - a['grown_bytes']) / 1e6:.1f} MB")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -404,17 +415,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default="dense,block4@87.5%")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--hooks", action="store_true", help="a marker around every module")
-    p.add_argument("--out", type=Path, required=True, help="CSV to write (rows appended)")
+    p.add_argument("--out", type=Path, help="CSV to write (rows appended; needed to record)")
     p.add_argument("--large", type=Path, help="CSV of the blocks over 128 KiB (appended)")
     p.add_argument("--keep", type=Path, help="folder to keep the raw logs in")
     p.add_argument("--reuse", action="store_true",
                    help="analyse the logs already in --keep instead of recording them again")
+    p.add_argument("--replay", type=Path, metavar="LOG",
+                   help="print glibc's replayed brk growth between the markers of a kept log")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.replay is not None:
+        return _replay_log(args.replay)
     if args.child:
         model, batch, variant, hooks, log = args.child.split("|")
         _child(model, int(batch), variant, args.threads, hooks == "1", Path(log))
         return 0
+    if args.out is None:
+        p.error("--out is needed to record (or give --replay LOG)")
     if shutil.which("gcc") is None:
         print("malloc_log: gcc is not installed; install it (apt install gcc)", file=sys.stderr)
         return 2

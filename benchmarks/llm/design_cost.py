@@ -11,8 +11,9 @@ configurations) and one design (H100 SXM, 2:4, unfused, every op in scope), time
   (``read_trace_file``; ``load_trace`` caches it), a language model's step is traced from its
   ``config.json`` (``workloads.llm.llm_trace``; ``load_model`` caches shipped steps);
 * ``designs``: ``dse.evaluate_designs`` (the search path's totals, no DataFrame);
-* ``evaluate``: ``dse.evaluate`` (the DataFrame of one design, dense included);
-* ``columns``: what ``dse evaluate`` adds to it: energy, power and memory
+* ``evaluate``: ``dse.roofline.evaluate`` (the bound's DataFrame of one design, dense
+  included);
+* ``columns``: what ``dse.evaluate`` and ``dse evaluate`` add to it: energy, power and memory
   (``with_energy_and_memory``) and, for a language model, its columns (tokens/s, KV cache,
   memory fit: ``with_language_model_columns``).
 
