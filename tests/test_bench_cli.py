@@ -50,7 +50,11 @@ def test_an_interrupt_during_the_report_leaves_no_result_file(tmp_path, monkeypa
 
     monkeypatch.setattr(reports, "write_report", interrupted)
     out = tmp_path / "run"
-    code = main(["bench", "spmv", "--budget", "31s", "--max-dim", "2048", "--out", str(out)])
+    # A small space (one block size, 512 rows, no bandwidth sweep) under a generous budget:
+    # the run ends on its own work, so a loaded machine's slow calibration (19 s of a 31 s
+    # budget once) cannot refuse it before the report.
+    code = main(["bench", "spmv", "--budget", "2m", "--max-dim", "512", "--blocks", "1",
+                 "--bandwidth", "0", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 130 and "no partial result file" in err, err
     assert not out.exists()
