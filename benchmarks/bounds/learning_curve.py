@@ -74,12 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     from dse.calibrate.validate import device_rows
     from dse.measure.dataset import concat, load_dataset
 
-    try:
+    try:  # a missing file, a malformed dataset, one without training rows: one line
         frame = concat([load_dataset(name) for name in args.data])
+        data = device_rows(frame, Path(args.data[0]).stem, ", ".join(args.data))
     except (OSError, ValueError) as exc:
         print(f"learning_curve: {exc}", file=sys.stderr)
         return 2
-    data = device_rows(frame, Path(args.data[0]).stem, ", ".join(args.data))
     done = lambda folds, seed: print(f"  {folds} folds, seed {seed} done",  # noqa: E731
                                      file=sys.stderr, flush=True)
     command = "python -m benchmarks.bounds.learning_curve " + " ".join(
