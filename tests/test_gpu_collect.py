@@ -23,6 +23,7 @@ import accelerator_models  # noqa: E402
 from benchmarks.gpu import (  # noqa: E402
     collect,
     collect_conv,
+    collect_dtype,
     collect_gemm,
     collect_models,
     collect_sparse,
@@ -102,9 +103,10 @@ def test_smoke_run_completes_every_part_and_writes_schema_tables(smoke):
 def test_cpu_2to4_is_recorded_as_refused_never_timed(smoke):
     out, _ = smoke
     frame = load_dataset(out / "kernels.parquet")
-    nm = frame[frame["family"] == "nm"]
+    nm = frame[(frame["family"] == "nm") & frame["why"].str.startswith("collect gemm")]
     shapes = collect_gemm.shapes(smoke=True) + collect_gemm.more_shapes(smoke=True)
     assert len(nm) == 2 * len(shapes)  # cusparselt and cusparselt_linear, one row each
+    assert (frame.loc[frame["family"] == "nm", "error"] != "").all()  # dtype_gemm's too
     assert (nm["error"] != "").all() and nm["median_s"].isna().all()
     sparse_models = frame[(frame["family"] == "model") & (frame["format"] == "2:4")]
     assert len(sparse_models) == len(collect_models.SMOKE_MODELS + collect_models.MORE_SMOKE_MODELS)
@@ -119,7 +121,8 @@ def test_speed_of_light_matches_the_hand_computed_roofline(smoke, host_toml):
     hw = accelerator_models.load(host_toml)
     frame = load_dataset(out / "kernels.parquet")
     cold = frame[(frame["error"] == "") & (frame["cache"] == "cold")
-                 & (frame["family"] != "model")]
+                 & (frame["family"] != "model")
+                 & ~frame["why"].str.startswith("collect dtype_gemm")]  # its own test, below
     assert (cold["hw"] == hw.name).all() and cold["sol_s"].notna().all()
     e = 4  # fp32 on the CPU, priced on the spec's tf32 and fp32 vector rates
     bw = hw.dram_bandwidth_bytes_per_s
@@ -145,9 +148,45 @@ def test_speed_of_light_matches_the_hand_computed_roofline(smoke, host_toml):
     assert add["flops"].iloc[0] == n and add["bytes"].iloc[0] == 3 * e * n
     assert math.isclose(add["sol_s"].iloc[0], 3 * e * n / bw, rel_tol=1e-9)
     warm = frame[(frame["error"] == "") & (frame["cache"] == "warm")
-                 & (frame["family"] != "model")]
+                 & (frame["family"] != "model")
+                 & ~frame["why"].str.startswith("collect dtype_gemm")]
     if not hw.cache_levels:  # no cache levels: no warm bound, and the rows say why
         assert warm["sol_s"].isna().all() and warm["note"].str.contains("no warm bound").all()
+
+
+def test_dtype_part_prices_each_row_at_its_own_number_type(smoke, host_toml):
+    out, _ = smoke
+    hw = accelerator_models.load(host_toml)  # tensor rates: tf32 and bf16 only
+    frame = load_dataset(out / "kernels.parquet")
+    rows = frame[frame["why"].str.startswith("collect dtype_gemm")]
+    shapes = {(s.m, s.k, s.n) for s in collect_dtype.shapes(True)}
+    assert set(zip(rows["m"], rows["k"], rows["n"], strict=True)) == shapes
+    timed = rows[rows["error"] == ""]
+    # torch's CPU kernels run the dense products in every type; 2:4, fp8 2:4 and the int4
+    # packing are CUDA only: refused rows, never timed
+    assert set(zip(timed["implementation"], timed["dtype"], strict=True)) == {
+        ("torch_linear", "fp16"), ("torch", "bf16"), ("torch_linear", "bf16"),
+        ("scaled_mm", "fp8"), ("int_mm", "int8"), ("int8_weight_only", "bf16"),
+        ("int8_dequant_linear", "bf16")}
+    refused = rows[rows["error"] != ""]
+    assert set(refused["implementation"]) == {"cusparselt_linear", "cusparselt",
+                                              "cusparselt_fp8", "cusparselt_int8",
+                                              "int4_tinygemm"}
+    assert refused["median_s"].isna().all() and len(refused) == 6 * len(shapes)
+    bw = hw.dram_bandwidth_bytes_per_s
+    cold = timed[timed["cache"] == "cold"]
+    for r in cold.itertuples():
+        mk, kn, mn = r.m * r.k, r.k * r.n, r.m * r.n
+        if r.dtype != "bf16":  # no fp16, fp8 or int8 rate on this spec: no bound, and why
+            assert math.isnan(r.sol_s) and f"no tensor_flops_per_s.{r.dtype}" in r.note
+            continue
+        if r.implementation.startswith("int8_"):  # int8 weights, one fp16 scale a row
+            nbytes = mk + 2 * r.m + 2 * (kn + mn)
+            assert "weights int8" in r.note
+        else:
+            nbytes = 2 * (mk + kn + mn)
+        want = max(2 * r.m * r.k * r.n / hw.tensor_flops_per_s["bf16"], nbytes / bw)
+        assert r.bytes == nbytes and math.isclose(r.sol_s, want, rel_tol=1e-9)
 
 
 def test_sparse_part_times_every_format_on_its_pruned_weight(smoke):

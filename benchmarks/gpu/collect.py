@@ -18,9 +18,11 @@ share of ``--budget`` (minutes, default 35: one H100's worth):
   (collect_vector);
 * ``math_attention``  DeiT-S and ViT-B attention products and softmax in fp32, as torch's math
   SDPA path runs them under 2:4 (collect_attention);
-* ``models_more``  ResNet-50 and Swin-T as ``models`` (collect_models).
+* ``models_more``  ResNet-50 and Swin-T as ``models`` (collect_models);
+* ``dtype_gemm``  LLM and ViT linears in bf16, fp8 and int8, dense and 2:4, and the weight-only
+  int4 / int8 kernels, beside fp16 (collect_dtype).
 
-``all`` runs the first five; the last seven were added after the first collection, which a
+``all`` runs the first five; the others were added after the first collection, which a
 full run would otherwise repeat: name them with ``--parts``.
 
 Kernel rows are timed cold (cache flushed before each call) and warm, and follow dse's kernel
@@ -52,6 +54,7 @@ from dse.measure.budget import Budget, parse_duration
 from . import (
     collect_attention,
     collect_conv,
+    collect_dtype,
     collect_energy,
     collect_gemm,
     collect_models,
@@ -97,6 +100,9 @@ PARTS: dict[str, Part] = {p.name: p for p in (
          collect_attention.items, collect_attention.run, collect_attention.finish),
     Part("math_checks", 3, "the fp32 masked-row checks of torch's math SDPA path",
          collect_attention.check_items, collect_attention.run_check, collect_attention.finish),
+    Part("dtype_gemm", 12, "LLM and ViT linears in bf16, fp8, int8 (dense and 2:4) and weight-only "
+         "int4 / int8, beside fp16", collect_dtype.items, collect_dtype.run,
+         collect_dtype.finish),
     Part("models_more", 25, "ResNet-50 and Swin-T dense and 2:4: latency and per-op profiles",
          collect_models.more_items, collect_models.run, collect_models.finish),
 )}
@@ -165,7 +171,8 @@ def _parser() -> argparse.ArgumentParser:
                             "(--parts all); and, named with --parts, image-reading and dense "
                             "convolutions, narrow norms, Swin-T linears, random convolutions, "
                             "data movement, fp32 math attention, ResNet-50 and Swin-T "
-                            "profiles; resumable (rerun the same command to continue).",
+                            "profiles, bf16 / fp8 / int8 / int4 GEMMs; resumable (rerun "
+                            "the same command to continue).",
                 epilog="Then: dse calibrate --data h100-sxm --data OUT/kernels.parquet "
                        "--validate (see benchmarks/gpu/COLLECT.md).")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",

@@ -141,7 +141,8 @@ def vector_traffic(bench: Bench, kind: str, input_elems: int, output_elems: int,
 
 
 def price_rows(bench: Bench, rows: list[dict],
-               features: Sequence[tuple[int, int]] | None = None) -> None:
+               features: Sequence[tuple[int, int]] | None = None,
+               numerics: Numerics | None = None) -> None:
     """Fill ``hw, sol_s, sol_bound, flops, bytes, sol_fraction`` of the timed kernel rows in
     place: each row's bound under the condition it was timed in (cold rows on DRAM, warm rows
     on the spec's cache hierarchy; :func:`dse.measure.sol.bound_columns`). GEMM and convolution
@@ -149,13 +150,15 @@ def price_rows(bench: Bench, rows: list[dict],
     elements the op really reads and writes (a convolution's, not its im2col matrix's); vector
     rows from their ``flops`` and ``bytes`` (:func:`vector_traffic`). A condition the spec
     cannot bound (warm, on a spec without cache levels) leaves those rows unpriced and says so
-    in their ``note``."""
+    in their ``note``. ``numerics``: what these rows are priced at, where not the run's
+    (``dtype_gemm``'s bf16, fp8, int8 and weight-only rows)."""
     if bench.hw is None:
         return
     from dse.measure.sol import bound_columns
     from dse.roofline import CacheError
 
-    n = bench.numerics
+    n = numerics or bench.numerics
+    narrow = {"weight_dtype": n.weight_dtype, "weight_group_size": n.weight_group_size}
     for cache in ("cold", "warm"):
         chosen = [i for i, r in enumerate(rows) if not r["error"] and r["cache"] == cache]
         if not chosen:
@@ -165,12 +168,12 @@ def price_rows(bench: Bench, rows: list[dict],
         columns = ("hw", "sol_s", "sol_bound", "flops", "bytes", "sol_fraction")
         try:
             priced = bound_columns(frame, bench.hw, n.dtype, n.vector_dtype, n.csr_dtype,
-                                   features=feats)
+                                   features=feats, **narrow)
         except CacheError as exc:
             # FLOPs and DRAM bytes do not depend on the condition: keep them, leave the bound.
             reason = str(exc).split(";")[0]
             priced = bound_columns(frame.assign(cache="cold"), bench.hw, n.dtype,
-                                   n.vector_dtype, n.csr_dtype, features=feats)
+                                   n.vector_dtype, n.csr_dtype, features=feats, **narrow)
             priced = priced.assign(hw="", sol_s=np.nan, sol_bound="", sol_fraction=np.nan)
             for i in chosen:
                 rows[i]["note"] = "; ".join(p for p in (rows[i]["note"],

@@ -29,12 +29,15 @@ def sol_from_layers(layers: pd.DataFrame) -> dict[str, tuple[float, str, float, 
 
 
 def sol_columns(frame: pd.DataFrame, hw, value_dtype: str = "tf32", vector_dtype: str = "fp32",
-                csr_dtype: str = "fp32", features: np.ndarray | None = None) -> pd.DataFrame:
+                csr_dtype: str = "fp32", features: np.ndarray | None = None,
+                weight_dtype: str | None = None,
+                weight_group_size: int | None = None) -> pd.DataFrame:
     """Fill ``hw, sol_s, sol_bound, flops, bytes, sol_fraction`` of GEMM rows from their own
     columns (m, k, n, groups, format, index_dtype), by dse's roofline (unfused, scope all) on a
     one-op trace per row. ``features``: ``[rows, 2]`` input and output elements of each row
-    (default ``groups * k * n`` and ``groups * m * n``). Rows with an error or family
-    ``vector`` keep what they have."""
+    (default ``groups * k * n`` and ``groups * m * n``). ``weight_dtype``,
+    ``weight_group_size``: weight-only quantised weights (:class:`dse.roofline.Numerics`).
+    Rows with an error or family ``vector`` keep what they have."""
     out = frame.copy()
     for column in ("sol_s", "flops", "bytes", "sol_fraction"):
         if column not in out:
@@ -70,7 +73,8 @@ def sol_columns(frame: pd.DataFrame, hw, value_dtype: str = "tf32", vector_dtype
             records.append(record)
         trace = workloads.Trace.from_records("measured", [1], records)
         numerics = Numerics(dtype=value_dtype, vector_dtype=vector_dtype,
-                                csr_dtype=csr_dtype, index_width_bytes=int(index_width))
+                            csr_dtype=csr_dtype, index_width_bytes=int(index_width),
+                            weight_dtype=weight_dtype, weight_group_size=weight_group_size)
         layers = evaluate_layers(trace, hw, fmt, batches=1, fusion="unfused",
                                      scope="all", numerics=numerics, cache=cache)
         # evaluate_layers names the format canonically (unstructured@0.5 -> unstructured@50%)
@@ -92,13 +96,15 @@ def _conditions(frame: pd.DataFrame) -> pd.Series:
 
 def bound_columns(frame: pd.DataFrame, hw, value_dtype: str = "tf32",
                   vector_dtype: str = "fp32", csr_dtype: str = "fp32",
-                  features: np.ndarray | None = None) -> pd.DataFrame:
+                  features: np.ndarray | None = None, weight_dtype: str | None = None,
+                  weight_group_size: int | None = None) -> pd.DataFrame:
     """Every row's bound under the condition it was timed in (``cache``: cold rows on DRAM, warm
     rows on the cache hierarchy of ``hw``): GEMM rows by :func:`sol_columns`, vector ops from
     their own ``flops`` and ``bytes`` (``max(FLOPs / vector peak, memory_time(bytes))``). Rows
     with an error keep what they have. ``hw`` should be a spec of physical peaks
     (``figures = "peak"``): on measured ceilings the result is no bound."""
-    out = sol_columns(frame, hw, value_dtype, vector_dtype, csr_dtype, features)
+    out = sol_columns(frame, hw, value_dtype, vector_dtype, csr_dtype, features,
+                      weight_dtype, weight_group_size)
     vector = (out["family"] == "vector") & (out["error"].fillna("") == "")
     if vector.any():
         rows = out[vector]

@@ -1,0 +1,237 @@
+"""dse's expectation in the number types its H100 kernels never ran, against ``dtype_gemm``'s
+measured rows (no torch, no GPU).
+
+dse prices ``--dtype bf16 / fp8 / int8`` and ``--weight-dtype int4 / int8`` on the H100 by
+carrying the fp16 kernels' fraction of the bound over to the narrower bytes and faster rates
+(marked ``extrapolated_dtype``). ``collect --parts dtype_gemm`` timed the same LLM linears in
+those types beside fp16, in one run. For every measured shape and variant this asks dse for
+the expected cold kernel time (``dse.evaluate_layers``, ``--calibrated h100-sxm``, one linear
+op of that M, K, N, the variant's numerics) and prints, per variant and width (decode N <= 64,
+prefill N >= 512): the median of measured / expected, the share within +-10% and +-25%, and
+the measured and expected speedup over fp16 dense on the same shape.
+
+Variants (the fastest of the implementations listed, cold, as dse's expectation is the fastest
+implementation measured):
+
+=============  ===================================  =========================================
+variant        implementations                      dse numerics
+=============  ===================================  =========================================
+fp16           cublas_linear                        dtype fp16 (what the predictors timed)
+fp16 2:4       cusparselt_linear                    dtype fp16, format 2:4
+bf16           cublas, cublas_linear                dtype bf16
+bf16 2:4       cusparselt, cusparselt_linear        dtype bf16, format 2:4
+fp8            scaled_mm                            dtype fp8
+int8           int_mm                               dtype int8
+int4 weights   int4_tinygemm                        dtype bf16, weight_dtype int4 (group 128)
+int8 weights   int8_weight_only,                    dtype bf16, weight_dtype int8
+               int8_dequant_linear
+=============  ===================================  =========================================
+
+Run from the repository root::
+
+    python -m benchmarks.gpu.compare_dtype
+
+(``--data`` names other ``dtype_gemm`` row files; ``--out`` the CSV written, default
+``benchmarks/gpu/results/dtype_vs_expected.csv``). Exit 2 with one line when a file is
+missing or holds no ``dtype_gemm`` rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dse.roofline import Numerics
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+DEFAULT_DATA = (RESULTS / "collect-dtype/parts/dtype_gemm.kernels.parquet",
+                RESULTS / "collect-dtype-seed1/parts/dtype_gemm.kernels.parquet")
+DEFAULT_OUT = RESULTS / "dtype_vs_expected.csv"
+HARDWARE, CALIBRATED = "h100-sxm", "h100-sxm"
+PREFILL_FROM = 512  #: N at and above which a width counts as prefill
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    implementations: tuple[str, ...]
+    dtype: str  #: the rows' ``dtype`` column (compute dtype)
+    format: str
+    numerics: Numerics
+
+
+VARIANTS = (
+    Variant("fp16", ("cublas_linear",), "fp16", "dense", Numerics(dtype="fp16")),
+    Variant("fp16 2:4", ("cusparselt_linear",), "fp16", "2:4", Numerics(dtype="fp16")),
+    Variant("bf16", ("cublas", "cublas_linear"), "bf16", "dense",
+            Numerics(dtype="bf16")),
+    Variant("bf16 2:4", ("cusparselt", "cusparselt_linear"), "bf16", "2:4",
+            Numerics(dtype="bf16")),
+    Variant("fp8", ("scaled_mm",), "fp8", "dense", Numerics(dtype="fp8")),
+    Variant("int8", ("int_mm",), "int8", "dense", Numerics(dtype="int8")),
+    Variant("int4 weights", ("int4_tinygemm",), "bf16", "dense",
+            Numerics(dtype="bf16", weight_dtype="int4",
+                     weight_group_size=128)),
+    Variant("int8 weights", ("int8_weight_only", "int8_dequant_linear"), "bf16", "dense",
+            Numerics(dtype="bf16", weight_dtype="int8")),
+)
+
+
+class CompareError(ValueError):
+    """A data file that cannot be compared (one line)."""
+
+
+def load_rows(paths) -> pd.DataFrame:
+    """The timed cold ``dtype_gemm`` rows of ``paths`` (seeds pooled: the median of a shape's
+    repeats is taken per variant)."""
+    frames = []
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise CompareError(f"--data {path}: no such file; run benchmarks/gpu/collect "
+                               "--parts dtype_gemm (see COLLECT.md) or name its rows file")
+        frames.append(pd.read_parquet(path))
+    rows = load_rows_frame(pd.concat(frames, ignore_index=True))
+    if rows.empty:
+        raise CompareError(f"--data {', '.join(map(str, paths))}: no timed dtype_gemm rows")
+    return rows
+
+
+def load_rows_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """The timed cold ``dtype_gemm`` rows of a kernel-row frame."""
+    rows = rows[rows["why"].astype(str).str.startswith("collect dtype_gemm")]
+    return rows[(rows["error"].fillna("") == "") & (rows["cache"] == "cold")]
+
+
+def measured(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (variant, M, K, N): the fastest listed implementation's median over the
+    runs (``measured_s``), and how many runs timed it."""
+    out = []
+    for v in VARIANTS:
+        mine = rows[rows["implementation"].isin(v.implementations) & (rows["dtype"] == v.dtype)
+                    & (rows["format"] == v.format)]
+        if mine.empty:
+            continue
+        per_impl = mine.groupby(["m", "k", "n", "implementation"])["median_s"].agg(
+            ["median", "size"]).reset_index()
+        best = per_impl.sort_values("median").groupby(["m", "k", "n"], as_index=False).first()
+        out.append(best.rename(columns={"median": "measured_s", "size": "runs"})
+                   .assign(variant=v.name))
+    return pd.concat(out, ignore_index=True)
+
+
+def expected(shapes: pd.DataFrame) -> pd.DataFrame:
+    """dse's expected cold time (``expected_s``) and bound (``sol_s``) per (variant, M, K, N)
+    of ``shapes``."""
+    import dse
+    import formats
+    import workloads
+
+    out = []
+    for v in VARIANTS:
+        mine = shapes[shapes["variant"] == v.name]
+        if mine.empty:
+            continue
+        records = [{"name": f"op{i}", "kind": "linear", "m": int(r.m), "k": int(r.k),
+                    "n": int(r.n), "groups": 1, "weight_elems": int(r.m * r.k),
+                    "input_elems": int(r.k * r.n), "output_elems": int(r.m * r.n),
+                    "vector_flops": 0.0, "prunable": True, "producers": ["input"]}
+                   for i, r in enumerate(mine.itertuples(index=False))]
+        trace = workloads.Trace.from_records("dtype_gemm", [1], records)
+        layers = dse.evaluate_layers(trace, HARDWARE, v.format, scope="all",
+                                     numerics=v.numerics, cache="cold", calibrated=CALIBRATED)
+        # the design's rows (evaluate_layers adds the dense baseline's beside a sparse format)
+        layers = layers[layers["format"] == formats.parse(v.format).name]
+        layers = layers.set_index("op").loc[[rec["name"] for rec in records]]
+        out.append(mine.assign(expected_s=layers["expected_s"].to_numpy(),
+                               sol_s=layers["time_s"].to_numpy()))
+    return pd.concat(out, ignore_index=True)
+
+
+def compare(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (variant, shape): measured, expected, their ratio, and each one's speedup over fp16
+    dense on the same shape (NaN where fp16 was not timed there)."""
+    table = expected(measured(rows))
+    table["ratio"] = table["measured_s"] / table["expected_s"]
+    fp16 = table[table["variant"] == "fp16"].set_index(["m", "k", "n"])
+    key = pd.MultiIndex.from_frame(table[["m", "k", "n"]])
+    table["measured_speedup"] = fp16["measured_s"].reindex(key).to_numpy() / table["measured_s"]
+    table["expected_speedup"] = fp16["expected_s"].reindex(key).to_numpy() / table["expected_s"]
+    table["width"] = np.where(table["n"] >= PREFILL_FROM, "prefill", "decode")
+    return table
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per variant and width: shapes, median measured / expected, share within +-10% and
+    +-25%, median measured and expected speedup over fp16 dense."""
+    def one(group: pd.DataFrame) -> pd.Series:
+        err = (group["ratio"] - 1).abs()
+        return pd.Series({"shapes": len(group), "median_ratio": group["ratio"].median(),
+                          "within_10": (err <= 0.10).mean(), "within_25": (err <= 0.25).mean(),
+                          "measured_speedup": group["measured_speedup"].median(),
+                          "expected_speedup": group["expected_speedup"].median()})
+
+    order = {v.name: i for i, v in enumerate(VARIANTS)}
+    out = table.groupby(["variant", "width"]).apply(one, include_groups=False).reset_index()
+    return out.sort_values(["variant", "width"], key=lambda s: s.map(order)
+                           if s.name == "variant" else s).reset_index(drop=True)
+
+
+def refused(paths) -> pd.DataFrame:
+    """Per implementation and dtype: the widths N whose calls torch refused."""
+    frames = [pd.read_parquet(p) for p in paths]
+    rows = pd.concat(frames, ignore_index=True)
+    rows = rows[rows["error"].fillna("") != ""]
+    return (rows.groupby(["implementation", "dtype"])
+            .agg(rows=("n", "size"), widths=("n", lambda s: sorted(set(map(int, s)))),
+                 error=("error", lambda s: s.iloc[0][:90])).reset_index())
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    head = "| " + " | ".join(frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(_cell(v) for v in row) + " |" for row in frame.itertuples(False)]
+    return "\n".join([head, rule, *body])
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return "" if np.isnan(value) else f"{value:.2f}"
+    return str(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu.compare_dtype",
+                                description="dse's expectation in bf16, fp8, int8 and int4 "
+                                            "weights against the H100 dtype_gemm rows.")
+    p.add_argument("--data", type=Path, action="append", metavar="PARQUET",
+                   help="dtype_gemm rows (repeatable; default: both seeds' part files)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="CSV of every shape")
+    args = p.parse_args(argv)
+    paths = args.data or list(DEFAULT_DATA)
+    try:
+        table = compare(load_rows(paths))
+    except CompareError as exc:
+        print(f"compare_dtype: {exc}", file=sys.stderr)
+        return 2
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    table.to_csv(tmp, index=False)
+    tmp.replace(args.out)
+    print(f"dse --calibrated {CALIBRATED} (cold) against {len(table)} measured (variant, "
+          f"shape) pairs on {HARDWARE}; ratio = measured / expected; speedups over fp16 "
+          "dense on the same shape")
+    print(_markdown(summary(table)))
+    print("\nrefused by torch (error rows):")
+    print(_markdown(refused(paths)))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
