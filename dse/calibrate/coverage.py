@@ -40,7 +40,9 @@ _SHAPE = ["family", "sparsity", "m", "k", "groups"]
 def measured_shapes(predictors, dtype: str | None = None) -> pd.DataFrame | None:
     """Per GEMM weight shape the predictors' datasets timed (columns ``family``, ``sparsity``,
     ``m``, ``k``, ``groups``): ``n_min`` and ``n_max``, the smallest and largest N timed. Only
-    rows in ``dtype`` where given. None where the datasets are not shipped ones."""
+    rows timed in ``dtype`` where given; fp32 rows also answer to ``"tf32"``, the slot
+    calibration prices a CPU's fp32 kernels in (:func:`dse.calibrate.expected.timed_dtype`).
+    None where the datasets are not shipped ones."""
     from ..measure.dataset import DATASETS_DIR, shipped_datasets
 
     names = [n.strip() for n in str(predictors.provenance.get("dataset") or "").split(",")
@@ -52,7 +54,8 @@ def measured_shapes(predictors, dtype: str | None = None) -> pd.DataFrame | None
                        for n in names], ignore_index=True)
     frame = frame[frame["family"].isin(GEMM_FAMILIES) & (frame["m"] > 0)]
     if dtype is not None:
-        frame = frame[frame["dtype"] == dtype]
+        timed_in = frame["dtype"].astype(str)
+        frame = frame[(timed_in == dtype) | ((timed_in == "fp32") & (dtype == "tf32"))]
     frame = frame.astype({"family": object, "sparsity": float, "m": np.int64, "k": np.int64,
                           "n": np.int64, "groups": np.int64})
     frame["sparsity"] = np.where(frame["family"] == "dense", 0.0, frame["sparsity"].round(6))
@@ -98,10 +101,13 @@ def coverage(expected: pd.DataFrame, trace, predictors, dtype: str | None = None
              shapes: pd.DataFrame | None = None, examples: int = 3) -> Coverage:
     """Which GEMMs of the designs in ``expected`` (``expected_layers`` rows of ``trace``) the
     predictors priced from timed shapes, and which they extrapolated (see the module).
-    ``shapes``: :func:`measured_shapes` (default: the predictors' own, in ``dtype``)."""
+    ``shapes``: :func:`measured_shapes` (default: the predictors' own, in the dtype their
+    kernels were timed in, whatever ``dtype``, the compute dtype asked for: a dtype never timed
+    is said apart, as ``"fp8 compute"`` in ``dtypes``, so the shapes never timed stay shapes)."""
     known = True
+    timed_in = timed_dtype(predictors)
     if shapes is None:
-        shapes = measured_shapes(predictors, dtype)
+        shapes = measured_shapes(predictors, timed_in or dtype)
         if shapes is None:
             known = False
             shapes = pd.DataFrame({c: [] for c in [*_SHAPE, "n_min", "n_max"]})
@@ -150,7 +156,7 @@ def coverage(expected: pd.DataFrame, trace, predictors, dtype: str | None = None
         shown.append(f"{r.stem}: {r.m}x{r.k}{groups} at {at}")
     # The dtype the kernels ran in, which the line names (the compute dtype asked for may
     # itself be one they never ran in: "fp8 compute").
-    return Coverage(designs, shown, known, dtypes, timed_dtype(predictors) or dtype)
+    return Coverage(designs, shown, known, dtypes, timed_in or dtype)
 
 
 def coverage_note(cov: Coverage, device: str, step: str) -> str:
