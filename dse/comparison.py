@@ -19,16 +19,10 @@ from accelerator_models import Accelerator
 from formats import Format
 from workloads import Trace, load_trace
 
-from .api import Predictors, expected_ops, predictors
-from .calibrate.expected import expected_designs
+from .api import Predictors, evaluation, predictors
 from .calibrate.predictor import DevicePredictors
-from .design_columns import (
-    accelerators,
-    with_dtype_columns,
-    with_energy_and_memory,
-    with_language_model_columns,
-)
-from .roofline import DEFAULT_NUMERICS, Numerics, evaluate  # the bound alone
+from .design_columns import accelerators, with_dtype_columns
+from .roofline import DEFAULT_NUMERICS, Numerics
 
 __all__ = ["Comparison", "compare"]
 
@@ -90,24 +84,13 @@ def compare(
     traces = [m if isinstance(m, Trace) else load_trace(m) for m in
               ([models] if isinstance(models, Trace | str) else models)]
     accs = accelerators(hardware)
-    format_list = [formats] if isinstance(formats, Format | str) else list(formats)
-    batch_list = [batches] if isinstance(batches, int) else list(batches)
-    fusions = [fusion] if isinstance(fusion, str) else list(fusion)
     device = None if calibrated is None else predictors(calibrated)
-    frames, expected = [], []
-    for trace in traces:
-        frame = evaluate(trace, accs, format_list, batch_list, fusion=fusions, scope=scope,
-                         numerics=numerics)
-        if device is not None:
-            expected.append(expected_ops(trace, accs, format_list, batch_list, device, scope,
-                                         numerics, backend))
-            frame = expected_designs(frame, expected[-1])
-        frame = with_energy_and_memory(frame, trace, accs, format_list, batch_list, fusions,
-                                       scope, numerics)
-        if trace.provenance.get("phase"):  # a language model: tokens/s, KV cache, memory fit
-            frame = with_language_model_columns(frame, trace, numerics)
-        frames.append(frame)
-    designs = pd.concat(frames, ignore_index=True)
+    # Each model's rows are dse.evaluate's (evaluation: the one place they are built).
+    results = [evaluation(trace, accs, formats, batches, fusion=fusion, scope=scope,
+                          numerics=numerics, calibrated=device, backend=backend)
+               for trace in traces]
+    expected = [r.expected for r in results if r.expected is not None]
+    designs = pd.concat([r.table for r in results], ignore_index=True)
     designs = designs.sort_values(["model", "batch", "format", "hardware"], kind="stable",
                                   ignore_index=True)
     return Comparison(designs=designs, hardware=tuple(accs),

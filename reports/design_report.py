@@ -20,15 +20,12 @@ import pandas as pd
 
 from accelerator_models import Accelerator
 from dse.accuracy import DEFAULT_TABLE, AccuracyTable, attach_accuracy, load_accuracy_table
-from dse.api import Predictors, expected_ops, predictors
-from dse.calibrate.expected import expected_designs
+from dse.api import Predictors, evaluation, predictors
 from dse.calibrate.predictor import CalibrationError, DevicePredictors
 from dse.comparison import Comparison
 from dse.design_columns import (
     accelerators,
     with_dtype_columns,
-    with_energy_and_memory,
-    with_language_model_columns,
 )
 from dse.measure.dataset import concat, load_dataset
 from dse.measure.errors import DatasetError
@@ -36,7 +33,6 @@ from dse.roofline import (
     DEFAULT_NUMERICS,
     NO_ENERGY_FIGURES,
     Numerics,
-    evaluate,
     evaluate_layers,
 )
 from formats import Format
@@ -142,23 +138,15 @@ def design_report(
     dataset_name, dataset = _measured_dataset(measured, device)
     table = accuracy_table if isinstance(accuracy_table, AccuracyTable) else \
         load_accuracy_table(accuracy_table or DEFAULT_TABLE)  # before any work
-    frames, expected = [], []
-    for t in traces:
-        frame = evaluate(t, accs, format_list, batch_list, fusion=fusion, scope=scope,
-                         numerics=numerics)
-        if device is not None:
-            exp = expected_ops(t, accs, format_list, batch_list, device, scope, numerics)
-            frame = expected_designs(frame, exp)
-            expected.append(exp)
-        if t.provenance.get("phase"):  # a language model: tokens/s, KV cache, memory fit
-            frame = with_language_model_columns(
-                with_energy_and_memory(frame, t, accs, format_list, batch_list, [fusion], scope,
-                                       numerics), t, numerics)
-        frames.append(frame)
+    # Each model's rows are dse.evaluate's (evaluation: the one place they are built).
+    results = [evaluation(t, accs, format_list, batch_list, fusion=fusion, scope=scope,
+                          numerics=numerics, calibrated=device) for t in traces]
+    frames = [r.table for r in results]
+    expected = [r.expected for r in results if r.expected is not None]
     decode = _decode_sections(traces, accs, format_list, batch_list, fusion, scope, numerics,
                               frames)
     evaluated = pd.concat(frames, ignore_index=True)
-    # The number types every row was priced in, as dse evaluate's and dse compare's files.
+    # The number types every row was priced in, last, as dse evaluate's and dse compare's files.
     evaluated = with_dtype_columns(evaluated, numerics, evaluated["phase"].notna().tolist()
                                    if "phase" in evaluated else False)
     ops = pd.concat(expected, ignore_index=True) if expected else None
@@ -266,11 +254,8 @@ def _decode_sections(traces, accs, formats, batches, fusion, scope, numerics,
     for trace, frame in zip(traces, frames, strict=True):
         if trace.provenance.get("phase") != "decode":
             continue
-        table = frame if "tokens_per_s" in frame else with_language_model_columns(
-            with_energy_and_memory(frame, trace, accs, formats, batches, [fusion], scope,
-                                   numerics), trace, numerics)
-        for hw in accs:
-            data = decode_data(table[table["hardware"] == hw.name])
+        for hw in accs:  # frame: dse.evaluate's rows, tokens/s and the memory fit included
+            data = decode_data(frame[frame["hardware"] == hw.name])
             name = f"decode-{_slug(trace.model)}-{_slug(hw.name)}" if several else "decode"
             title = (f"Decode tokens/s against batch, {trace.provenance['config']} on "
                      f"{hw.name} at context {trace.provenance['context']:,}")
