@@ -174,7 +174,7 @@ def test_training_rows_shapes_sparsity_and_columns():
     assert list(rows.columns) == [
         "key", "format", "kind", "k", "n", "groups", "sparsity", "block", "cache", "variant",
         "implementation", "time_s", "sol_s", "flops", "bytes", "runs", "rounds",
-        "input_elems", "batch", "impl", "shape"]
+        "input_elems", "batch", "kernel_size", "stride", "impl", "shape"]
 
 
 # --- dse.calibrate.expected ------------------------------------------------------------------

@@ -9,7 +9,8 @@ decompositions:
 * ops whose inputs do not depend on the model input (the Swin relative-position bias gather, a
   mask built from buffers) are constants that inference precomputes: they are folded away, and the
   parameters they read are charged to the first op that uses their result;
-* every other op becomes a row: module path, kind, GEMM dims (per group; ``n`` per sample),
+* every other op becomes a row: module path, kind, GEMM dims (per group; ``n`` per sample;
+  a convolution's ``kernel_size`` and ``stride`` beside them),
   parameter elements read (weights and bias), activation elements read and written, vector FLOPs
   and the ops whose outputs it reads (``"input"`` is the model input). Buffers (batch-norm running
   statistics, index tables) are not counted as traffic.
@@ -157,8 +158,13 @@ def _gemm(name: str, args: tuple, recorder: _Recorder, out) -> dict[str, Any] | 
         k = int(math.prod(w.shape[1:]))
         n = out.numel() // c_out
         weight = not recorder.info(w).dependent
+        # The window the GEMM view hides: the largest side and stride over the spatial axes.
+        spatial = max(w.dim() - 2, 1)
+        stride = [int(s) for s in args[3]] or [1]
+        window = {"kernel_size": max((int(s) for s in w.shape[2:]), default=1),
+                  "stride": max(stride[d % len(stride)] for d in range(spatial))}
         return {"kind": "conv", "m": c_out // groups, "k": k, "n": n, "groups": groups,
-                "batch_axis": "n", "weight": w if weight else None}
+                "batch_axis": "n", "weight": w if weight else None, "window": window}
     if name in ("mm", "addmm"):
         a, b = (args[0], args[1]) if name == "mm" else (args[1], args[2])
         a_const, b_const = not recorder.info(a).dependent, not recorder.info(b).dependent
@@ -254,6 +260,7 @@ def _record(recorder: _Recorder, func, args, kwargs, out) -> None:
     if gemm is not None:
         record.update(m=int(gemm["m"]), k=int(gemm["k"]), n=int(gemm["n"]),
                       groups=int(gemm["groups"]), _batch_axis=gemm["batch_axis"])
+        record.update(gemm.get("window", {}))  # a convolution's kernel_size and stride
         weight = gemm["weight"]
         record["prunable"] = weight is not None and bool(recorder.info(weight).params)
         if record["prunable"]:

@@ -90,7 +90,17 @@ COLUMNS: dict[str, type] = {
 #: ``input_read_share``: the share of the rows of X that the op's sparse kernel reads under the
 #: checkpoint's real masks (columns of W with a kept weight, :func:`formats.read_share`); absent
 #: (NaN) where unknown, and the evaluator then takes the format's expected share.
-OPTIONAL: dict[str, type] = {"density": float, "input_read_share": float}
+#: ``kernel_size`` and ``stride``: a convolution's window side and stride (the largest side and
+#: stride over its spatial axes, for a non-square one), which its GEMM view hides (``k`` is
+#: C_in / groups x kernel area); :mod:`workloads.export` records both for every convolution.
+#: Only conv ops carry them; absent, they are 0, "not recorded" (a trace exported before they
+#: were, or written by hand), and the kernel predictors see the convolution's window as
+#: unknown (:data:`dse.calibrate.features.FEATURES`), as they do a benchmarked one without it.
+OPTIONAL: dict[str, type] = {"density": float, "input_read_share": float,
+                             "kernel_size": int, "stride": int}
+
+#: Optional integer columns: 0 where absent, written only where recorded (above 0).
+_OPTIONAL_INTS = tuple(c for c, t in OPTIONAL.items() if t is int)
 
 #: Columns that scale with the batch size (stored per sample).
 PER_SAMPLE = ("n", "input_elems", "output_elems", "vector_flops")
@@ -213,6 +223,8 @@ class Trace:
             row["density"] = _check_density(record.get("density"), row, label)
             row["input_read_share"] = _check_density(record.get("input_read_share"), row, label,
                                                      "input_read_share")
+            for column in _OPTIONAL_INTS:
+                row[column] = _check_window(record.get(column), row, label, column)
             seen.add(row["name"])
             rows.append(row)
         for column, total in (("weight_elems", sum(r["weight_elems"] for r in rows)),
@@ -225,7 +237,8 @@ class Trace:
         ops = pd.DataFrame(rows, columns=[*COLUMNS, *OPTIONAL])
         ops = ops.astype({c: "int64" for c, t in COLUMNS.items() if t is int}
                          | {"vector_flops": "float64", "prunable": "bool",
-                            "density": "float64", "input_read_share": "float64"})
+                            "density": "float64", "input_read_share": "float64"}
+                         | {c: "int64" for c in _OPTIONAL_INTS})
         consumed = {p for producers in ops["producers"] for p in producers}
         reads_input = ops["producers"].map(lambda ps: MODEL_INPUT in ps)
         # Fusion bookkeeping: only model inputs and outputs cross DRAM in the fused models.
@@ -281,9 +294,11 @@ class Trace:
                     record[column] = float(record[column])
                 elif kind is list:
                     record[column] = list(record[column])
-        for column in OPTIONAL:
+        for column, kind in OPTIONAL.items():
             for record, value in zip(records, self.ops[column], strict=True):
-                if not math.isnan(value):
+                if kind is int and value > 0:
+                    record[column] = int(value)
+                elif kind is float and not math.isnan(value):
                     record[column] = float(value)
         return {"schema": SCHEMA, "model": self.model, "input_shape": list(self.input_shape),
                 "provenance": dict(self.provenance), "ops": records}
@@ -299,6 +314,22 @@ def _check_density(value: Any, row: dict[str, Any], label: str,
     if not row["prunable"]:
         raise TraceError(f"{label}: only prunable ops carry a {column}")
     return float(value)
+
+
+def _check_window(value: Any, row: dict[str, Any], label: str, column: str) -> int:
+    """A convolution's ``kernel_size`` or ``stride``: a positive integer, or 0 when absent."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():  # as the integer columns take it
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TraceError(f"{label}: {column} must be a positive integer, got {value!r}")
+    if row["kind"] != "conv":
+        raise TraceError(f"{label}: only conv ops carry a {column}")
+    if value > MAX_PER_SAMPLE:
+        raise TraceError(f"{label}: {column} is {value}, above the supported "
+                         f"{_power(MAX_PER_SAMPLE)}")
+    return value
 
 
 def _check_op(row: dict[str, Any], label: str, seen: set[str], model_input_elems: int) -> None:

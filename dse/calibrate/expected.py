@@ -101,6 +101,7 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm",
     sparsity = np.where(plain, 0.0, sparsity)
     groups = op["groups"].to_numpy()
     kind = op["feature_kind"].to_numpy(dtype=object)
+    conv = gemm & (op["kind"].to_numpy() == "conv")
     out = pd.DataFrame({
         "family": family, "kind": kind, "m": np.where(gemm, m, 0),
         "k": np.where(gemm, op["k"].to_numpy(), op["norm_k"].to_numpy()),
@@ -109,9 +110,10 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm",
         "flops": layers["flops"].to_numpy(dtype=float), "bytes": layers["dram_bytes"].to_numpy(),
         "sol_s": layers["time_s"].to_numpy(dtype=float), "cache": cache,
         # A convolution's input over the batch, for its geometry features (features.FEATURES)
-        "input_elems": np.where(gemm & (op["kind"].to_numpy() == "conv"),
-                                op["input_elems"].to_numpy(dtype=float) * batch, 0.0),
-        "batch": batch})
+        "input_elems": np.where(conv, op["input_elems"].to_numpy(dtype=float) * batch, 0.0),
+        "batch": batch,
+        # ... and its window, as recorded in the trace (0 where not: features.with_conv_inputs)
+        **{c: np.where(conv, _window(op, c), 0.0) for c in ("kernel_size", "stride")}})
     vector_flops = op["vector_flops"].to_numpy(dtype=float) * batch
     out.loc[~gemm, "flops"] = vector_flops[~gemm]
     out["kernels"] = _expert_kernels(trace, op.index.to_numpy(dtype=object), batch)
@@ -135,6 +137,13 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm",
         index=False)]
     out["key"] = keys[codes]
     return out
+
+
+def _window(op: pd.DataFrame, column: str) -> np.ndarray:
+    """A trace op's ``kernel_size`` or ``stride`` (0 for a trace frame built without it)."""
+    if column not in op:
+        return np.zeros(len(op))
+    return op[column].to_numpy(dtype=float)
 
 
 def _expert_kernels(trace, names: np.ndarray, batch: np.ndarray) -> np.ndarray:

@@ -4,6 +4,7 @@ the numeric features of the shape, shared by training (dataset rows) and applica
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -36,10 +37,14 @@ _KINDS = {"linear": 0, "conv": 1, "matmul": 2, "norm": 3, "activation": 4, "elem
 #: ``log_input_per_out``, input elements per output pixel (C_in x stride^2);
 #: ``log_window``, K x groups over that (kernel area / stride^2: 1 for a 1x1 or a patchify
 #: convolution, 9 for a 3x3 of stride 1); ``log_batch``; all 0 for other ops and for rows
-#: whose input is unknown (added after ``warm``, for the same reason).
+#: whose input is unknown (added after ``warm``, for the same reason). Its window itself
+#: (:func:`with_conv_inputs`): ``log_kernel_size`` and ``log_stride``, the kernel's side and
+#: the stride (logs of 1 + each), from a benchmarked convolution's note or a trace op's
+#: ``kernel_size`` and ``stride``; 0 for other ops and where not recorded (added last).
 FEATURES = ("log_m", "log_k", "log_n", "log_groups", "sparsity", "block", "log_flops",
             "log_bytes", "log_intensity", "log_waves", "wave_eff", "pad_eff", "kind", "impl",
-            "warm", "log_input_per_out", "log_window", "log_batch")
+            "warm", "log_input_per_out", "log_window", "log_batch", "log_kernel_size",
+            "log_stride")
 
 #: Column of the implementation code (set per implementation when predicting the fastest).
 IMPL = FEATURES.index("impl")
@@ -118,13 +123,14 @@ def feature_matrix(frame: pd.DataFrame, units: int, tile: int) -> np.ndarray:
     warm = (frame["cache"].astype(str) == "warm").to_numpy(dtype=float) if "cache" in frame \
         else np.zeros(len(frame))
     per_out, window, batch = _conv_geometry(frame, gemm, k * groups, n)
+    kernel_size, stride = _conv_window(frame, gemm)
     return np.column_stack([
         np.log1p(m), np.log1p(k), np.log1p(n), np.log(groups),
         np.nan_to_num(frame["sparsity"].to_numpy(dtype=float)),
         frame["block"].to_numpy(dtype=float),
         np.log(flops), np.log(moved), np.log(flops / moved), np.log(waves), wave_eff,
         np.clip(pad_eff, 0.0, 1.0), kinds, impl, warm, np.log1p(per_out), np.log1p(window),
-        np.log1p(batch),
+        np.log1p(batch), np.log1p(kernel_size), np.log1p(stride),
     ])
 
 
@@ -145,6 +151,20 @@ def _conv_geometry(frame: pd.DataFrame, gemm: np.ndarray, window_k: np.ndarray,
     window = np.where(known, window_k / np.where(known, per_out, 1.0), 0.0)
     batch = frame["batch"].to_numpy(dtype=float) if "batch" in frame else zeros
     return per_out, window, np.where(known, batch, 0.0)
+
+
+def _conv_window(frame: pd.DataFrame, gemm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: a convolution's kernel side and stride where recorded (``kernel_size``,
+    ``stride``, :func:`with_conv_inputs`); zeros elsewhere."""
+    zeros = np.zeros(len(frame))
+    if "kind" not in frame:
+        return zeros, zeros
+    conv = gemm & frame["kind"].isin(_CONV_KINDS).to_numpy()
+    out = []
+    for column in ("kernel_size", "stride"):
+        values = frame[column].to_numpy(dtype=float) if column in frame else zeros
+        out.append(np.where(conv & (values > 0), values, 0.0))
+    return out[0], out[1]
 
 
 _CONV_GEOMETRY = re.compile(
@@ -283,6 +303,8 @@ def with_norm_widths(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 _CONV_INPUT_SHAPE = re.compile(r"\binput (\d+)x(\d+)x(\d+)x(\d+),")
+#: A benchmarked convolution's window in its note (kept in ``variant``): ``kernel 3x3 stride 1``.
+_CONV_WINDOW = re.compile(r"\bkernel (\d+)x(\d+) stride (\d+)")
 
 
 def _trace_ops(model: str, cache: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -298,26 +320,67 @@ def _trace_ops(model: str, cache: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return cache[model]
 
 
+_CONV_PADDED = re.compile(r"\bkernel (\d+)x(\d+) stride (\d+) padding (\d+)\b")
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_plane(height: float, width: float, kh: str | float, kw: str | float,
+                stride: str | float, padding: str | float) -> tuple[float, float]:
+    """The rows and columns of a ``height x width`` input that some window of a convolution
+    reads (:func:`workloads.conv.read_positions`; all of them unless the stride outruns the
+    kernel, as in ResNet's strided 1x1 shortcuts); the input's own where not known."""
+    from workloads.conv import out_positions, read_positions
+
+    known = not any(pd.isna(v) for v in (height, width, kh, kw, stride, padding))
+    if not known:
+        return height, width
+    s, p = int(stride), int(padding)
+    return tuple(float(read_positions(int(size), out_positions(int(size), int(k), s, p),
+                                      int(k), s, p))
+                 for size, k in ((height, kh), (width, kw)))
+
+
 def with_conv_inputs(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` with ``input_elems``: the elements of a convolution's input over the batch
-    (N x C_in x H x W), which the geometry features read (:data:`FEATURES`): a benchmarked
-    convolution's from the input its note records (kept in ``variant``), a trace row's from
-    its trace op (per sample) times the row's batch; 0 for other rows and where unknown."""
-    rows = rows.assign(input_elems=0.0)
+    (N x C_in x H x W) that its windows read, which the geometry features read
+    (:data:`FEATURES`): a benchmarked convolution's from the input its note records (kept in
+    ``variant``) and, where the note gives the padding, only the rows and columns a window
+    covers (what a trace op's ``input_elems`` counts; a 1x1 of stride 2 reads a quarter of its
+    input), a trace row's from its trace op (per sample) times the row's batch; 0 for other
+    rows and where unknown.
+    And ``kernel_size`` and ``stride``, the convolution's window (its largest side): a
+    benchmarked one's from its note (``kernel 3x3 stride 1``), a trace row's from its trace
+    op's (:data:`workloads.OPTIONAL`), as the expectation prices that op
+    (:func:`dse.calibrate.expected.op_configs`); 0 for other rows and where not recorded."""
+    rows = rows.assign(input_elems=0.0, kernel_size=0.0, stride=0.0)
     conv = rows["kind"].astype(str).isin(_CONV_KINDS) & (rows["m"] > 0)
     if not conv.any():
         return rows
-    shapes = rows.loc[conv, "variant"].astype(str).str.extract(_CONV_INPUT_SHAPE).astype(float)
+    variant = rows.loc[conv, "variant"].astype(str)
+    shapes = variant.str.extract(_CONV_INPUT_SHAPE).astype(float)
+    if "note" in rows:  # of the input, what some window reads, as a trace op's input_elems
+        padded = rows.loc[conv, "note"].fillna("").astype(str).str.extract(_CONV_PADDED)
+        shapes[[2, 3]] = [_read_plane(*shape, *window) for shape, window in zip(
+            shapes[[2, 3]].itertuples(index=False), padded.itertuples(index=False),
+            strict=True)]
     rows.loc[conv, "input_elems"] = shapes.prod(axis=1, skipna=False).fillna(0.0).to_numpy()
-    if "source" in rows and "model" in rows and "batch" in rows:
+    window = variant.str.extract(_CONV_WINDOW).astype(float).fillna(0.0)
+    rows.loc[conv, "kernel_size"] = window[[0, 1]].max(axis=1).to_numpy()
+    rows.loc[conv, "stride"] = window[2].to_numpy()
+    if "source" in rows and "model" in rows:
         ops: dict[str, pd.DataFrame] = {}
-        traced = conv & (rows["source"].astype(str) == "trace") & (rows["input_elems"] == 0)
+        traced = conv & (rows["source"].astype(str) == "trace")
         for pos in rows.index[traced]:
             found = _trace_ops(str(rows.at[pos, "model"]), ops)
             op = str(rows.at[pos, "op"])
-            if op in found.index:
+            if op not in found.index:
+                continue
+            if rows.at[pos, "input_elems"] == 0 and "batch" in rows:
                 rows.at[pos, "input_elems"] = float(found.at[op, "input_elems"]) * float(
                     rows.at[pos, "batch"])
+            if rows.at[pos, "kernel_size"] == 0 and "kernel_size" in found:
+                rows.at[pos, "kernel_size"] = float(found.at[op, "kernel_size"])
+                rows.at[pos, "stride"] = float(found.at[op, "stride"])
     return rows
 
 
@@ -362,10 +425,11 @@ def training_rows(dataset: pd.DataFrame) -> pd.DataFrame:
     config = ["key", "format", "kind", "m", "k", "n", "groups", "sparsity", "block", "cache",
               "variant"]
     kernel = config + ["implementation"]
-    # A configuration's input and batch (for a convolution's geometry, with_conv_inputs) are
-    # those of its first row: rows of one GEMM view from two layers share the kernel.
+    # A configuration's input, batch and window (for a convolution's geometry,
+    # with_conv_inputs) are those of its first row: rows of one GEMM view from two layers
+    # share the kernel.
     same = {c: (c, "first") for c in ("sol_s", "flops", "bytes")}
-    shape = {c: (c, "first") for c in ("input_elems", "batch")}
+    shape = {c: (c, "first") for c in ("input_elems", "batch", "kernel_size", "stride")}
     rounds = rows.groupby(kernel + ["run_id", "round"], as_index=False, observed=True).agg(
         median_s=("median_s", "median"), **same, **shape)
     runs = rounds.groupby(kernel + ["run_id"], as_index=False, observed=True).agg(
