@@ -39,10 +39,10 @@ def test_measured_takes_the_fastest_implementation_and_the_median_over_runs():
     got = compare_dtype.measured(compare_dtype.load_rows_frame(ROWS)).set_index("variant")
     assert got.loc["fp16", "measured_s"] == pytest.approx(42e-6)
     assert got.loc["fp16", "runs"] == 2
-    assert got.loc["bf16", "measured_s"] == 41e-6
-    assert got.loc["bf16", "implementation"] == "cublas_linear"
+    assert got.loc["bf16 compute", "measured_s"] == 41e-6
+    assert got.loc["bf16 compute", "implementation"] == "cublas_linear"
     assert got.loc["int4 weights", "measured_s"] == 20e-6
-    assert "fp8" not in got.index  # refused: never timed, never compared
+    assert "fp8 compute" not in got.index  # refused: never timed, never compared
 
 
 def test_bound_charges_each_variant_its_own_bytes_and_ratios_follow():
@@ -55,7 +55,7 @@ def test_bound_charges_each_variant_its_own_bytes_and_ratios_follow():
     int4_bytes = M * K / 2 + 2 * M * (K // 128) + 2 * (K * N + M * N)
     assert table.loc["fp16", "sol_s"] == pytest.approx(fp16_bytes / bw, rel=1e-9)
     assert table.loc["int4 weights", "sol_s"] == pytest.approx(int4_bytes / bw, rel=1e-9)
-    for variant in ("fp16", "bf16", "int4 weights"):
+    for variant in ("fp16", "bf16 compute", "int4 weights"):
         r = table.loc[variant]
         assert r["ratio"] == pytest.approx(r["measured_s"] / r["expected_s"])
         assert r["measured_speedup"] == pytest.approx(42e-6 / r["measured_s"])

@@ -17,6 +17,7 @@ shapes never timed are those three alone, as in fp16; they listed the timed line
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from dse import Numerics
@@ -80,3 +81,50 @@ def test_h100_shapes_never_timed_are_shapes_whatever_the_dtype(h100, dtype):
     # fp8: every GEMM computes in a dtype never timed; fp16: the 2 x 32 + 1 shapes above.
     assert list(d["extrapolated"]) == [289 if dtype == "fp8" else 65]
     assert cov.dtypes == (("fp8 compute",) if dtype == "fp8" else ())
+
+
+def test_the_line_quotes_the_kernels_timed_since_in_that_dtype(tmp_path, monkeypatch):
+    """A dtype with a shipped check (models/dtype_check/DEVICE.json) is quoted with its
+    kernel and median at the step's phase; none for another phase, device or dtype."""
+    import json
+
+    from dse.calibrate import coverage as cov_module
+
+    doc = {"device": "dev", "command": "c", "data": [],
+           "kernels": {"int4 weights": "tinygemm", "fp8 compute": "scaled_mm"},
+           "checks": {"int4 weights": {"decode": {"shapes": 12,
+                                                  "median_measured_over_expected": 4.686}},
+                      "fp8 compute": {"decode": {"shapes": 3,
+                                                 "median_measured_over_expected": 1.0}}}}
+    (tmp_path / "dev.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(cov_module, "DTYPE_CHECK_DIR", tmp_path)
+    check = cov_module.dtype_checks
+    assert check("dev", ("int4 weights, fp8 KV cache",), "decode") == (
+        "int4 weights (tinygemm) took 4.69x this expectation at decode (median of 12 shapes)",)
+    assert len(check("dev", ("fp8 compute", "fp8 compute, int4 weights"), "decode")) == 2
+    assert check("dev", ("int4 weights",), "prefill") == ()  # no prefill figure
+    assert check("dev", ("int4 weights",), None) == ()  # not a language-model step
+    assert check("other", ("int4 weights",), "decode") == ()
+    note = cov_module.coverage_note(
+        cov_module.Coverage(pd.DataFrame({"extrapolated": [1], "gemms": [1], "expected_s": [1.0],
+                                          "extrapolated_s": [1.0]}), [], True,
+                            ("int4 weights",), "fp16",
+                            check("dev", ("int4 weights",), "decode")), "dev", "step")
+    assert note.endswith("timed since on dev (python -m benchmarks.gpu.compare_dtype), not "
+                         "trained on: int4 weights (tinygemm) took 4.69x this expectation at "
+                         "decode (median of 12 shapes)")
+
+
+def test_the_shipped_h100_check_names_every_dense_dtype_it_timed():
+    import json
+
+    from dse.calibrate.coverage import DTYPE_CHECK_DIR
+
+    doc = json.loads((DTYPE_CHECK_DIR / "h100-sxm.json").read_text())
+    assert doc["command"] == "python -m benchmarks.gpu.compare_dtype --ship"
+    assert set(doc["checks"]) == set(doc["kernels"]) == {
+        "bf16 compute", "fp8 compute", "int8 compute", "int4 weights", "int8 weights"}
+    for phases in doc["checks"].values():
+        assert set(phases) == {"decode", "prefill"}
+        assert all(p["shapes"] > 0 and p["median_measured_over_expected"] > 0
+                   for p in phases.values())

@@ -13,32 +13,39 @@ the measured and expected speedup over fp16 dense on the same shape.
 Variants (the fastest of the implementations listed, cold, as dse's expectation is the fastest
 implementation measured):
 
-=============  ===================================  =========================================
-variant        implementations                      dse numerics
-=============  ===================================  =========================================
-fp16           cublas_linear                        dtype fp16 (what the predictors timed)
-fp16 2:4       cusparselt_linear                    dtype fp16, format 2:4
-bf16           cublas, cublas_linear                dtype bf16
-bf16 2:4       cusparselt, cusparselt_linear        dtype bf16, format 2:4
-fp8            scaled_mm                            dtype fp8
-int8           int_mm                               dtype int8
-int4 weights   int4_tinygemm                        dtype bf16, weight_dtype int4 (group 128)
-int8 weights   int8_weight_only,                    dtype bf16, weight_dtype int8
-               int8_dequant_linear
-=============  ===================================  =========================================
+==================  ==================================  ======================================
+variant             implementations                     dse numerics
+==================  ==================================  ======================================
+fp16                cublas_linear                       dtype fp16 (what the predictors timed)
+fp16, 2:4           cusparselt_linear                   dtype fp16, format 2:4
+bf16 compute        cublas, cublas_linear               dtype bf16
+bf16 compute, 2:4   cusparselt, cusparselt_linear       dtype bf16, format 2:4
+fp8 compute         scaled_mm                           dtype fp8
+int8 compute        int_mm                              dtype int8
+int4 weights        int4_tinygemm                       dtype bf16, weight_dtype int4 (group 128)
+int8 weights        int8_weight_only,                   dtype bf16, weight_dtype int8
+                    int8_dequant_linear
+==================  ==================================  ======================================
+
+The variant names are the marks dse's output gives an extrapolated dtype (``"int4 weights"``,
+``"fp8 compute"``). ``--ship`` writes the dense variants' medians per width to
+``dse/calibrate/models/dtype_check/h100-sxm.json``, which the calibrated output's
+"expectation extrapolated" line quotes beside the dtypes it extrapolates.
 
 Run from the repository root::
 
     python -m benchmarks.gpu.compare_dtype
 
 (``--data`` names other ``dtype_gemm`` row files; ``--out`` the CSV written, default
-``benchmarks/gpu/results/dtype_vs_expected.csv``). Exit 2 with one line when a file is
+``benchmarks/gpu/results/dtype_vs_expected.csv``; ``--ship`` also writes the check dse
+quotes). Exit 2 with one line when a file is
 missing or holds no ``dtype_gemm`` rows.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +60,7 @@ RESULTS = HERE / "results"
 DEFAULT_DATA = (RESULTS / "collect-dtype/parts/dtype_gemm.kernels.parquet",
                 RESULTS / "collect-dtype-seed1/parts/dtype_gemm.kernels.parquet")
 DEFAULT_OUT = RESULTS / "dtype_vs_expected.csv"
+SHIPPED = HERE.parent.parent / "dse/calibrate/models/dtype_check/h100-sxm.json"
 HARDWARE, CALIBRATED = "h100-sxm", "h100-sxm"
 PREFILL_FROM = 512  #: N at and above which a width counts as prefill
 
@@ -64,22 +72,27 @@ class Variant:
     dtype: str  #: the rows' ``dtype`` column (compute dtype)
     format: str
     numerics: Numerics
+    kernel: str  #: what the calibrated output names as the kernel checked
 
 
 VARIANTS = (
-    Variant("fp16", ("cublas_linear",), "fp16", "dense", Numerics(dtype="fp16")),
-    Variant("fp16 2:4", ("cusparselt_linear",), "fp16", "2:4", Numerics(dtype="fp16")),
-    Variant("bf16", ("cublas", "cublas_linear"), "bf16", "dense",
-            Numerics(dtype="bf16")),
-    Variant("bf16 2:4", ("cusparselt", "cusparselt_linear"), "bf16", "2:4",
-            Numerics(dtype="bf16")),
-    Variant("fp8", ("scaled_mm",), "fp8", "dense", Numerics(dtype="fp8")),
-    Variant("int8", ("int_mm",), "int8", "dense", Numerics(dtype="int8")),
+    Variant("fp16", ("cublas_linear",), "fp16", "dense", Numerics(dtype="fp16"), "cuBLAS"),
+    Variant("fp16, 2:4", ("cusparselt_linear",), "fp16", "2:4", Numerics(dtype="fp16"),
+            "cuSPARSELt"),
+    Variant("bf16 compute", ("cublas", "cublas_linear"), "bf16", "dense",
+            Numerics(dtype="bf16"), "cuBLAS"),
+    Variant("bf16 compute, 2:4", ("cusparselt", "cusparselt_linear"), "bf16", "2:4",
+            Numerics(dtype="bf16"), "cuSPARSELt"),
+    Variant("fp8 compute", ("scaled_mm",), "fp8", "dense", Numerics(dtype="fp8"),
+            "torch._scaled_mm"),
+    Variant("int8 compute", ("int_mm",), "int8", "dense", Numerics(dtype="int8"),
+            "torch._int_mm"),
     Variant("int4 weights", ("int4_tinygemm",), "bf16", "dense",
-            Numerics(dtype="bf16", weight_dtype="int4",
-                     weight_group_size=128)),
+            Numerics(dtype="bf16", weight_dtype="int4", weight_group_size=128),
+            "torch._weight_int4pack_mm"),
     Variant("int8 weights", ("int8_weight_only", "int8_dequant_linear"), "bf16", "dense",
-            Numerics(dtype="bf16", weight_dtype="int8")),
+            Numerics(dtype="bf16", weight_dtype="int8"),
+            "torch._weight_int8pack_mm or dequantised into cuBLAS"),
 )
 
 
@@ -183,6 +196,22 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
                            if s.name == "variant" else s).reset_index(drop=True)
 
 
+def shipped_check(summary_table: pd.DataFrame, paths) -> dict:
+    """The document ``--ship`` writes: per dense variant other than fp16 and per width, the
+    shapes compared and the median measured / expected (dse.calibrate.coverage reads it)."""
+    dense = [v.name for v in VARIANTS if v.format == "dense" and v.name != "fp16"]
+    checks: dict[str, dict] = {}
+    for r in summary_table[summary_table["variant"].isin(dense)].itertuples(index=False):
+        checks.setdefault(r.variant, {})[r.width] = {
+            "shapes": int(r.shapes), "median_measured_over_expected": round(r.median_ratio, 3)}
+    kernels = {v.name: v.kernel for v in VARIANTS if v.name in checks}
+    return {"device": CALIBRATED, "command": "python -m benchmarks.gpu.compare_dtype --ship",
+            "data": [str(Path(p).resolve().relative_to(HERE.parent.parent))
+                     if Path(p).resolve().is_relative_to(HERE.parent.parent) else str(p)
+                     for p in paths],
+            "kernels": kernels, "checks": checks}
+
+
 def refused(paths) -> pd.DataFrame:
     """Per implementation and dtype: the widths N whose calls torch refused."""
     frames = [pd.read_parquet(p) for p in paths]
@@ -213,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, action="append", metavar="PARQUET",
                    help="dtype_gemm rows (repeatable; default: both seeds' part files)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="CSV of every shape")
+    shipped = SHIPPED.relative_to(HERE.parent.parent)
+    p.add_argument("--ship", action="store_true",
+                   help=f"also write the medians dse quotes to {shipped}")
     args = p.parse_args(argv)
     paths = args.data or list(DEFAULT_DATA)
     try:
@@ -226,10 +258,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"dse --calibrated {CALIBRATED} (cold) against {len(table)} measured (variant, "
           f"shape) pairs on {HARDWARE}; ratio = measured / expected; speedups over fp16 "
           "dense on the same shape")
-    print(_markdown(summary(table)))
+    table_summary = summary(table)
+    print(_markdown(table_summary))
     print("\nrefused by torch (error rows):")
     print(_markdown(refused(paths)))
     print(f"\nwrote {args.out}")
+    if args.ship:
+        SHIPPED.parent.mkdir(parents=True, exist_ok=True)
+        tmp = SHIPPED.with_name(SHIPPED.name + ".tmp")
+        tmp.write_text(json.dumps(shipped_check(table_summary, paths), indent=1) + "\n")
+        tmp.replace(SHIPPED)
+        print(f"wrote {SHIPPED.relative_to(HERE.parent.parent)}")
     return 0
 
 

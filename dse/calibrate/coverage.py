@@ -15,6 +15,13 @@ int8, int4 or fp8, another KV-cache dtype: ``extrapolated_dtype`` of
 of the speed of light the compute dtype's kernels reach is applied to a bound that counts the
 narrower bytes, which a kernel that dequantises on the fly may or may not reach.
 
+Where the number type itself was timed since (``benchmarks/gpu/collect --parts dtype_gemm``:
+LLM linears in bf16, fp8 and int8 compute and with int4 or int8 weights on the H100), the
+line quotes how that measurement compares with the carried-over expectation: the median of
+measured / expected per width (decode, prefill), from the check
+``python -m benchmarks.gpu.compare_dtype --ship`` writes to ``models/dtype_check/DEVICE.json``.
+The predictors are not trained on those rows, so the GEMMs stay extrapolated.
+
 Coverage is known where the predictors name the shipped datasets they were trained on
 (``provenance["dataset"]``, as ``dse calibrate --data NAME`` writes it). Predictors trained on
 other files have no known coverage: every GEMM then counts as extrapolated.
@@ -22,15 +29,21 @@ other files have no known coverage: every GEMM then counts as extrapolated.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from .expected import op_configs, timed_dtype
 
-__all__ = ["GEMM_FAMILIES", "Coverage", "coverage", "coverage_note", "measured_shapes",
-           "with_extrapolated_share"]
+__all__ = ["DTYPE_CHECK_DIR", "GEMM_FAMILIES", "Coverage", "coverage", "coverage_note",
+           "dtype_checks", "measured_shapes", "with_extrapolated_share"]
+
+#: Per device, how kernels timed in the number types the predictors never trained on compare
+#: with the expectation (``python -m benchmarks.gpu.compare_dtype --ship``).
+DTYPE_CHECK_DIR = Path(__file__).parent / "models" / "dtype_check"
 
 #: Families of GEMM kernels in the datasets (vector ops and whole models are not GEMMs).
 GEMM_FAMILIES = ("dense", "nm", "block", "unstructured")
@@ -73,19 +86,41 @@ class Coverage:
     where the predictors' training shapes are not known (then every GEMM counts as
     extrapolated); ``dtypes``: what the GEMMs read in a dtype never timed (``"int4 weights"``,
     ``"fp8 KV cache"``), which makes them extrapolated whatever their shape; ``dtype``: the
-    compute dtype the kernels were timed in."""
+    compute dtype the kernels were timed in; ``checks``: :func:`dtype_checks` of ``dtypes``."""
 
     designs: pd.DataFrame
     examples: list[str]
     known: bool
     dtypes: tuple[str, ...] = ()
     dtype: str | None = None
+    checks: tuple[str, ...] = ()  #: what kernels timed in those dtypes say (dtype_checks)
 
     @property
     def share(self) -> pd.Series:
         """The extrapolated share of each design's expected GEMM time."""
         d = self.designs
         return (d["extrapolated_s"] / d["expected_s"].where(d["expected_s"] > 0)).fillna(0.0)
+
+
+def dtype_checks(device: str, dtypes, phase: str | None) -> tuple[str, ...]:
+    """For each mark of ``dtypes`` (``"int4 weights"``, ``"fp8 compute"``; several joined by
+    ``", "``) that kernels were timed in on ``device`` in a language model's ``phase``
+    (``decode`` or ``prefill``): one clause, the kernel and the median of measured / expected
+    over the shapes compared. Empty where nothing was timed (no check shipped for the device,
+    another dtype, no phase)."""
+    path = DTYPE_CHECK_DIR / f"{device}.json"
+    if phase not in ("decode", "prefill") or not path.is_file():
+        return ()
+    doc = json.loads(path.read_text())
+    marks = sorted({m for joined in dtypes for m in str(joined).split(", ") if m})
+    out = []
+    for mark in marks:
+        check = doc["checks"].get(mark, {}).get(phase)
+        if check:
+            out.append(f"{mark} ({doc['kernels'][mark]}) took "
+                       f"{check['median_measured_over_expected']:.2f}x this expectation at "
+                       f"{phase} (median of {check['shapes']} shapes)")
+    return tuple(out)
 
 
 def _stem(name: str) -> str:
@@ -156,7 +191,8 @@ def coverage(expected: pd.DataFrame, trace, predictors, dtype: str | None = None
         shown.append(f"{r.stem}: {r.m}x{r.k}{groups} at {at}")
     # The dtype the kernels ran in, which the line names (the compute dtype asked for may
     # itself be one they never ran in: "fp8 compute").
-    return Coverage(designs, shown, known, dtypes, timed_in or dtype)
+    checks = dtype_checks(predictors.name, dtypes, trace.provenance.get("phase"))
+    return Coverage(designs, shown, known, dtypes, timed_in or dtype, checks)
 
 
 def coverage_note(cov: Coverage, device: str, step: str) -> str:
@@ -186,6 +222,9 @@ def coverage_note(cov: Coverage, device: str, step: str) -> str:
             f"{' and '.join(cov.dtypes)} (its kernels were timed in {timed_in}; priced as the "
             "fraction of the speed of light those kernels reach, applied to the bound in "
             "those dtypes)")
+    if cov.checks:
+        line += (f"; timed since on {device} (python -m benchmarks.gpu.compare_dtype), not "
+                 "trained on: " + "; ".join(cov.checks))
     if cov.examples:
         line += "; shapes or N never timed: " + "; ".join(cov.examples)
     return line
