@@ -70,6 +70,45 @@ def test_shipped_bounds_are_what_the_code_computes(name):
                                rtol=1e-12)
 
 
+#: The H100 rows timed in the number types dse extrapolates (benchmarks/gpu/collect --parts
+#: dtype_gemm; measured, not shipped as a dataset): each is priced at its own compute dtype,
+#: the weight-only kernels on their narrow weights.
+DTYPE_ROWS = [ROOT / f"benchmarks/gpu/results/{run}/parts/dtype_gemm.kernels.parquet"
+              for run in ("collect-dtype", "collect-dtype-seed1")]
+WEIGHT_ONLY = {"int4_tinygemm": ("int4", 128), "int8_weight_only": ("int8", None),
+               "int8_dequant_linear": ("int8", None)}
+
+
+def test_no_dtype_row_beats_its_bound_and_the_bounds_are_what_the_code_computes():
+    from dse.measure.sol import bound_columns
+
+    frame = pd.concat([pd.read_parquet(p) for p in DTYPE_ROWS], ignore_index=True)
+    timed = frame[frame["error"] == ""]  # cold rows bounded by DRAM, warm by the caches
+    assert set(timed["dtype"]) == {"fp16", "bf16", "fp8", "int8"} and len(timed) > 5000
+    assert set(timed["hw"]) == {"h100-sxm"} and timed["sol_s"].notna().all()
+    beaten = timed[timed["min_s"] < timed["sol_s"]]
+    assert beaten.empty, beaten[["implementation", "dtype", "m", "k", "n", "min_s",
+                                 "sol_s"]].head(10).to_string()
+    hw = accelerator_models.load("h100-sxm")
+    # the stored sol_s is not trusted: a sample per (implementation, dtype) is repriced
+    sample = pd.concat([g.head(6) for _, g in timed.groupby(["implementation", "dtype",
+                                                                 "cache"])])
+    for (impl, dtype), rows in sample.groupby(["implementation", "dtype"]):
+        weight_dtype, group = WEIGHT_ONLY.get(impl, (None, None))
+        bare = rows.drop(columns=["sol_s", "sol_bound", "hw", "sol_fraction"]).assign(
+            flops=np.nan, bytes=np.nan)
+        priced = bound_columns(bare, hw, dtype, "fp16", "fp32", weight_dtype=weight_dtype,
+                               weight_group_size=group)
+        np.testing.assert_allclose(priced["sol_s"], rows["sol_s"], rtol=1e-9)
+        np.testing.assert_allclose(priced["bytes"], rows["bytes"], rtol=1e-12)
+    # by hand: int4 weights at N = 1 read half a byte a weight and one fp16 scale per 128
+    r = timed[(timed["implementation"] == "int4_tinygemm") & (timed["n"] == 1)
+              & (timed["cache"] == "cold")].iloc[0]
+    want = r.m * r.k / 2 + 2 * r.m * (r.k // 128) + 2 * (r.k + r.m)
+    assert r.bytes == want
+    assert math.isclose(r.sol_s, want / hw.dram_bandwidth_bytes_per_s, rel_tol=1e-9)
+
+
 def test_a_warm_row_is_bounded_by_the_caches_and_a_cold_one_by_dram():
     frame = load_dataset("cpu-amd-epyc-2c")
     hw = accelerator_models.load("epyc-zen5-2c")
