@@ -53,12 +53,22 @@ def parse_pattern(text: str, where: str) -> tuple[int, int]:
 # --- field parsers: (value from TOML or --set, where) -> validated value ----------------------
 
 
+#: The range of every positive field (rates, sizes, pJ, watts, fractions): wide enough for any
+#: machine and any hypothetical one, narrow enough that no latency, energy or product of them
+#: over the largest trace and batch overflows (a bandwidth of 5e-324 B/s once divided by zero).
+POSITIVE_RANGE = (1e-6, 1e30)
+
+
 def _positive_float(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise SpecError(f"{where}: expected a positive number, got {value!r}")
     value = float(value)
     if not math.isfinite(value) or value <= 0:
         raise SpecError(f"{where}: must be a positive finite number, got {value!r}")
+    low, high = POSITIVE_RANGE
+    if not low <= value <= high:
+        raise SpecError(f"{where}: {value:g} is outside the range dse takes, {low:g} to "
+                        f"{high:g}; give a figure in the field's unit (see `dse hw show a100`)")
     return value
 
 

@@ -183,6 +183,25 @@ def _check_whole_model_table(frame: pd.DataFrame, paths: list[Path]) -> None:
                                    "file") from None
 
 
+def _check_whole_model_device(name: str, measured: pd.DataFrame, device: str) -> None:
+    """Refuse, before the training, a whole-model table whose sparse format torch runs no whole
+    model in on ``device`` (a dense-only CPU table defaults to 2:4, a GPU format): it once
+    failed after minutes of training, naming an option calibrate does not have."""
+    import formats
+
+    from ..calibrate.predictor import CalibrationError
+    from ..calibrate.validate import TORCH_RUNS, whole_model_variants
+
+    _dense, _sparse, fmt = whole_model_variants(measured)
+    runs = TORCH_RUNS.get(device, ())
+    if formats.parse(fmt).family not in runs or (device == "cuda" and fmt != "2:4"):
+        ran = "2:4" if device == "cuda" else "block or unstructured formats"
+        raise CalibrationError(f"--whole-models {name}=...: its sparse format is {fmt} (2:4 "
+                               f"where no row names one), and torch runs whole {device} models "
+                               f"only in {ran}; give rows of such a variant beside the dense "
+                               "one, as dse measure --whole-models writes them")
+
+
 def _pct(value: float) -> str:
     import numpy as np
 
@@ -293,12 +312,28 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     for name, paths in _whole_models(args.whole_models).items():
         _check_whole_model_table(whole[name], paths)
     names = args.data or shipped_datasets()
+    seen: dict[object, str] = {}
+    for n in names:  # once trained on every row twice, each counted as another measurement
+        key = Path(n).resolve() if Path(n).exists() else n
+        if key in seen:
+            raise CalibrationError(f"--data {n}: the dataset {seen[key]} is given twice; give "
+                                   "each dataset once")
+        seen[key] = n
     if args.out is not None:
         frame = concat([load_dataset(n) for n in names])
         name = args.name or Path(names[0]).stem
         sets = [(name, frame, ", ".join(map(str, names)))]
     else:
         sets = [(Path(n).stem, load_dataset(n), n) for n in names]
+    trained = [name for name, _frame, _source in sets]
+    for name in whole:
+        if name not in trained:  # once skipped without a word, after the whole training
+            raise CalibrationError(f"--whole-models {name}=...: this run trains no predictor set "
+                                   f"named {name!r} (it trains {', '.join(trained)}); give "
+                                   "DEVICE as one of those, or --data its dataset")
+    for name, frame, _source in sets:
+        if name in whole and len(frame):
+            _check_whole_model_device(name, whole[name], str(frame["device"].iloc[0]))
     print("held-out validation: whole weight shapes (m x k x groups) left out; errors of the "
           "expected kernel time (an expectation, not a bound)")
     for name, frame, source in sets:

@@ -197,6 +197,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ..output import write_failure
 
             return _error(f"error: {write_failure(_written(exc, args), exc)}", 2)
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+            # A path given as an input (a model, a dataset, a predictor file) that no file
+            # system takes: the user's error, found by the first look at the file.
+            name = str(exc.filename or "a path given")
+            name = name if len(name) <= 80 else f"{name[:60]}...{name[-12:]}"
+            return _error(f"error: {name}: the name is longer than the file system takes; "
+                          "give a shorter path", 2)
         if interrupt.pressed:
             # Ctrl-C inside a library callback (numba compiling and caching a kernel) can be
             # swallowed there and resurface as another error: it is still the interrupt.

@@ -550,6 +550,10 @@ class Design:
 MEASURE_FIELDS = ("dram_bandwidth_bytes_per_s", "tensor_flops_per_s.", "vector_flops_per_s.",
                   "sparse_tensor.", "block_sparse.", "cache.")
 
+#: Hardware fields dse study feature-overhead never reads: the memory fit's (its tables and
+#: charts are latency, traffic and energy), so a --set of them once moved nothing but a label.
+STUDY_UNREAD_FIELDS = ("l2_bytes", "dram_capacity_bytes")
+
 
 def _unread_field(args: argparse.Namespace, field: str) -> str | None:
     """Why the command ``args`` runs does not read hardware ``field`` and what would, or None
@@ -561,6 +565,13 @@ def _unread_field(args: argparse.Namespace, field: str) -> str | None:
         simulated = args.evaluator == "simulate"
     else:  # dse simulate has the simulator's settings and no choice of evaluator
         simulated = hasattr(args, "launch_overhead_s")
+    if command == "dse study feature-overhead" and field in STUDY_UNREAD_FIELDS:
+        return ("the study prices latency, traffic and energy, never the memory fit; "
+                "dse evaluate --out prints the fit (fits, fits_on_chip), or leave it out")
+    if command in ("dse simulate", "dse sweep"):
+        why = _unread_by_latency_only(args, field, simulated)
+        if why is not None:
+            return why
     if command == "dse measure":
         if not field.startswith(MEASURE_FIELDS):
             return ("its speed of light reads only the rates, the sparse kernels and the "
@@ -570,6 +581,44 @@ def _unread_field(args: argparse.Namespace, field: str) -> str | None:
                else "run dse simulate (or dse sweep --evaluator simulate) for it")
         return ("only the event-level simulator reads it: the roofline bound prices kernels "
                 f"at peak, with no launch cost or on-chip buffer; {fix}, or leave it out")
+    return None
+
+
+def _unread_by_latency_only(args: argparse.Namespace, field: str, simulated: bool) -> str | None:
+    """What dse simulate and dse sweep never read: they price latency and the DRAM fit (a sweep
+    only where it varies the batch), never energy or power; the simulator sizes its buffer from one
+    source (--buffer-bytes, else the --buffer level's fields) and takes --launch-overhead-s
+    over the spec's launch cost. Each of these once moved nothing but a label."""
+    from accelerator_models import ENERGY_FIELDS
+
+    command = args.command_name
+    if field in ENERGY_FIELDS and field != "dram_capacity_bytes":
+        return ("it prices latency, never energy or power; dse evaluate, compare and search "
+                "(--objective energy) read it, or leave it out")
+    if field == "dram_capacity_bytes" and command == "dse sweep":
+        if not any(v.partition("=")[0].strip() == "batch"
+                   for v in getattr(args, "vary", None) or []):
+            return ("a sweep prices the memory fit only when it varies the batch; add --vary "
+                    "batch=..., or leave it out")
+    if not simulated:
+        if field == "l2_bytes":
+            return ("only the event-level simulator reads it here (--evaluator simulate "
+                    "--buffer l2); add those, or leave it out")
+        return None
+    if field in ("l2_bytes", "shared_memory_per_sm_bytes", "sm_count"):
+        given = getattr(args, "buffer_bytes", None)
+        if given is not None:
+            return (f"--buffer-bytes {given:g} sizes the simulator's buffer instead "
+                    "of the spec; leave one of them out")
+        buffer = getattr(args, "buffer", None) or "smem"
+        used = ("l2_bytes",) if buffer == "l2" else ("shared_memory_per_sm_bytes", "sm_count")
+        if field not in used:
+            other = "l2" if buffer == "smem" else "smem"
+            return (f"the simulator's buffer is the {buffer}, sized by {' x '.join(used)}; add "
+                    f"--buffer {other}, or leave it out")
+    if field == "kernel_launch_overhead_s" and getattr(args, "launch_overhead_s", None) is not None:
+        return ("--launch-overhead-s sets the launch cost instead of the spec; leave one of "
+                "them out")
     return None
 
 
@@ -754,6 +803,10 @@ def check_outputs(files: Sequence[tuple] = (), folders: Sequence[tuple[str, Path
     (Two folders may be one: their files go in side by side.)"""
     from ..output import OutputError, check_output_path
 
+    for option, path, *_rest in [*files, *folders]:
+        _check_name_length(option, path, OutputError)
+    for option, path, *_rest in inputs:
+        _check_name_length(option, path, InputError)
     named: dict[Path, tuple[str, bool]] = {}
     for (option, path, *_suffixes), is_file in [*((f, True) for f in files),
                                                 *((f, False) for f in folders)]:
@@ -775,6 +828,24 @@ def check_outputs(files: Sequence[tuple] = (), folders: Sequence[tuple[str, Path
     for option, path in folders:
         if path is not None:
             _check_folder(option, Path(path))
+
+
+#: The longest name of one file or folder, and of a whole path, in bytes (Linux's NAME_MAX and
+#: PATH_MAX): a longer one fails every file call with ENAMETOOLONG, once as a traceback.
+NAME_MAX, PATH_MAX = 255, 4095
+
+
+def _check_name_length(option: str, path: Path | str | None, error: type[Exception]) -> None:
+    if path is None:
+        return
+    shown = str(path) if len(str(path)) <= 80 else f"{str(path)[:60]}...{str(path)[-12:]}"
+    longest = max((len(os.fsencode(part)) for part in Path(path).parts), default=0)
+    if longest > NAME_MAX:
+        raise error(f"{option} {shown}: a name of {longest} bytes is longer than the file "
+                    f"system takes ({NAME_MAX}); give a shorter one")
+    if len(os.fsencode(os.path.abspath(path))) > PATH_MAX:
+        raise error(f"{option} {shown}: the path is longer than the file system takes "
+                    f"({PATH_MAX} bytes); give a shorter one")
 
 
 def _check_folder(option: str, path: Path) -> None:

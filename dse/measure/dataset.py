@@ -107,6 +107,10 @@ SCHEMA: dict[str, tuple[str, str]] = {
 
 #: The values of ``family`` (SCHEMA's description of it).
 FAMILIES = ("dense", "nm", "block", "unstructured", "vector", "model")
+#: The value dtypes a kernel can be timed in: dse.roofline.numerics.DTYPE_BYTES's (repeated
+#: here so that loading a dataset does not load the evaluator); an unknown one was once kept and
+#: calibrated on, priced as no dtype dse knows.
+VALUE_DTYPES = ("fp16", "bf16", "tf32", "fp8", "int8", "fp32")
 _REQUIRED_STRINGS = ("run_id", "device", "device_name", "family", "implementation", "format")
 
 
@@ -139,7 +143,12 @@ def _coerce(frame: pd.DataFrame, where: str) -> pd.DataFrame:
             elif dtype == "boolean":
                 out[column] = out[column].astype("boolean")
             else:
-                out[column] = pd.to_numeric(out[column]).astype(dtype)
+                numbers = pd.to_numeric(out[column])
+                if dtype == "int64" and numbers.dtype.kind == "f" and \
+                        (numbers.dropna() % 1 != 0).any():
+                    # astype would truncate a shape of 1.5 to 1 without a word
+                    raise ValueError("a fraction in a count")
+                out[column] = numbers.astype(dtype)
         except (ValueError, TypeError) as exc:
             raise DatasetError(f"{where}: column {column!r} is not {dtype}"
                                f"{_first_bad_cell(out[column], dtype) or f' ({exc})'}; fix the "
@@ -224,6 +233,11 @@ def validate(frame: pd.DataFrame, where: str = "dataset") -> pd.DataFrame:
         row = int(np.flatnonzero(unknown.to_numpy())[0])
         raise DatasetError(f"{where}: row {row} has family {out['family'].iloc[row]!r}; use one "
                            f"of {', '.join(FAMILIES)}")
+    named = (out["dtype"] != "") & ~out["dtype"].isin(VALUE_DTYPES)
+    if named.any():
+        row = int(np.flatnonzero(named.to_numpy())[0])
+        raise DatasetError(f"{where}: row {row} has dtype {out['dtype'].iloc[row]!r}; use one of "
+                           f"{', '.join(VALUE_DTYPES)} (or empty for a row that did not run)")
     ok = out["error"] == ""
     below = (ok & (out["p90_s"] < out["median_s"])).to_numpy()  # NaN p90 (unknown) compares False
     if below.any():
