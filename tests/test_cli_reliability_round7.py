@@ -362,3 +362,22 @@ def test_a_dataset_given_twice_is_refused(second, rows, tmp_path, monkeypatch, c
     assert line == (f"dse: error: --data {second}: the dataset d.parquet is given twice; give "
                     "each dataset once")
     assert os.listdir(tmp_path) == ["d.parquet"]
+
+
+@pytest.mark.parametrize("field", ["hidden_size", "intermediate_size", "vocab_size", "head_dim"])
+def test_a_width_past_any_model_is_refused_naming_the_field(field, tmp_path, monkeypatch,
+                                                           capsys):
+    """hidden_size 2**40 once reached the trace's per-sample limit, which named an op."""
+    import json
+
+    from workloads.llm import MAX_WIDTH
+
+    config = json.loads((ROOT / "workloads/llm_configs/llama-3-8b.json").read_text())
+    config[field] = MAX_WIDTH + 1
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    monkeypatch.chdir(tmp_path)
+    line = _refused(["evaluate", "--model", "c.json", "--phase", "decode", "--context", "128",
+                     "--hw", "a100"], capsys)
+    assert line == (f"dse: error: c.json: field {field!r} is {MAX_WIDTH + 1:,}, above the "
+                    f"{MAX_WIDTH:,} a trace is built for (public models stay far below); give "
+                    "the model's own value")

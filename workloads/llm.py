@@ -112,6 +112,13 @@ class _Architecture:
 #: a trace holds ~17 ops a layer, so a mistyped count (1e9) would build ops until memory ran
 #: out rather than fail.
 MAX_LAYERS = 1024
+#: The widest a width field (hidden, intermediate, head, vocabulary size) may be: 2**22, far
+#: above any public model's (hidden 16,384-25,600, vocabularies ~256 Ki); a mistyped 2**40
+#: once reached the trace's per-sample limit, which named an op, not the field.
+MAX_WIDTH = 2**22
+
+#: The width fields :data:`MAX_WIDTH` bounds.
+_WIDTHS = ("hidden_size", "intermediate_size", "head_dim", "vocab_size")
 
 #: The decoder-only families whose structure this module knows (transformers 5 modeling code).
 ARCHITECTURES = {
@@ -262,6 +269,10 @@ def llm_config_from_dict(document: Mapping[str, Any], name: str = "model",
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise LLMConfigError(f"{where}: field {key!r} must be a positive integer, "
                                  f"got {value!r}")
+        if key in _WIDTHS and value > MAX_WIDTH:
+            raise LLMConfigError(f"{where}: field {key!r} is {value:,}, above the {MAX_WIDTH:,} "
+                                 "a trace is built for (public models stay far below); give "
+                                 "the model's own value")
         return value
 
     def flag(key: str, default: bool) -> bool:
