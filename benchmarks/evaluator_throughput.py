@@ -11,6 +11,11 @@ arrays go through the vectorized numpy reference ``tests.naive.numpy_design_tota
 spread-out subset of the designs, through the plain-Python reference ``tests.naive.naive_costs``
 + ``naive_totals``. The figure is op-evaluations per second: designs x ops in scope / seconds.
 
+Columns beside the bound: ``dse.evaluate`` (every column ``dse evaluate --out`` writes: the
+bound, energy, power, memory and a language model's figures) against ``dse.roofline.evaluate``
+(the bound alone) on the same designs, called in turn, with their ratio: ResNet-50 and a
+LLaMA-3-8B decode step. ``--columns-only`` times only these (a few seconds).
+
 Exit status: 1 if the numba kernel disagrees with the numpy or Python references by more than a
 relative 1e-9; with ``--strict``, 2 if a target is missed. See ``benchmarks/README.md``.
 """
@@ -40,7 +45,7 @@ from dse.roofline.evaluator import prepare  # the search path's own array prepar
 from dse.roofline.numerics import Numerics
 from dse.roofline.pricing import scope_ops
 from tests.naive import naive_costs, naive_totals, numpy_design_totals
-from workloads import Trace, load_trace
+from workloads import Trace, load_model, load_trace
 
 # Targets from the issue.
 TARGET_OPS_PER_S = 5e8  # numba kernel, search path
@@ -62,6 +67,16 @@ UNSTRUCTURED_FORMATS = tuple(f"unstructured@{s}"
 FORMATS = NM_FORMATS + BLOCK_FORMATS + UNSTRUCTURED_FORMATS
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SYNTHETIC_COPIES = 16  # toy_hybrid's 23 ops x 16 = 368 ops
+
+#: dse.evaluate against its bound: (label, the trace, hardware, formats, batches, scope), the
+#: calls of the issue that measured it (by names, as a user writes them).
+COLUMN_CASES = (
+    ("resnet50", lambda: "resnet50", "a100", ["dense", "2:4"], [1], "gemm"),
+    ("llama-3-8b decode 2048", lambda: load_model("llama-3-8b", "decode", 2048), "h100-sxm",
+     ["2:4"], [1, 16], "all"),
+)
+COLUMN_CALLS = 60  # calls of each function per case (at most; COLUMN_BUDGET_S bounds them)
+COLUMN_BUDGET_S = 4.0
 
 NUMBA_REPEATS = 7
 NUMPY_REPEATS = 3
@@ -280,6 +295,61 @@ def latency(name: str, fn: Callable, trace: Trace, acc, calls: int, budget_s: fl
             "other_processes_cores": other_cores(clock)}
 
 
+def columns_cost(label: str, trace, hardware: str, formats: list[str], batches: list[int],
+                 scope: str, calls: int, budget_s: float) -> dict:
+    """``dse.evaluate`` (every column of ``dse evaluate --out``) against
+    ``dse.roofline.evaluate`` (the bound alone) on the same designs: median of each, called in
+    turn (so that load from other processes weighs on both alike), and their ratio."""
+    clock = cpu_clock()
+
+    def full():
+        return dse.evaluate(trace, hardware, formats, batches, scope=scope)
+
+    def bound():
+        return dse.roofline.evaluate(trace, hardware, formats, batches, scope=scope)
+
+    for _ in range(5):  # warm: pricing caches, numba dispatch, pandas paths
+        full(), bound()
+    full_s, bound_s = [], []
+    deadline = time.perf_counter() + budget_s
+    while len(full_s) < calls and (len(full_s) < 10 or time.perf_counter() < deadline):
+        for fn, times in ((full, full_s), (bound, bound_s)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    ops = len(trace if isinstance(trace, Trace) else load_trace(trace))
+    evaluate_ms, bound_ms = statistics.median(full_s) * 1e3, statistics.median(bound_s) * 1e3
+    return {"case": label, "ops": ops, "hardware": hardware, "formats": formats,
+            "batches": batches, "scope": scope, "designs": len(full()), "calls": len(full_s),
+            "evaluate_ms": evaluate_ms, "evaluate_min_ms": min(full_s) * 1e3,
+            "bound_ms": bound_ms, "bound_min_ms": min(bound_s) * 1e3,
+            "ratio": evaluate_ms / bound_ms, "other_processes_cores": other_cores(clock)}
+
+
+def columns_report(rows: list[dict]) -> str:
+    lines = ["dse.evaluate (every column of dse evaluate --out) against dse.roofline.evaluate "
+             "(the bound alone),",
+             "same designs, called in turn; median (min) ms:",
+             f"  {'case':<40}{'designs':>8}{'calls':>7}{'dse.evaluate':>18}{'bound':>16}"
+             f"{'ratio':>8}{'others':>8}"]
+    for r in rows:
+        case = f"{r['case']} ({r['ops']} ops), {r['hardware']}"
+        lines.append(f"  {case:<40}{r['designs']:>8}{r['calls']:>7}"
+                     f"{r['evaluate_ms']:>10.2f} ({r['evaluate_min_ms']:.2f})"
+                     f"{r['bound_ms']:>8.2f} ({r['bound_min_ms']:.2f})"
+                     f"{r['ratio']:>7.1f}x{_cores(r['other_processes_cores']):>8}")
+    return "\n".join(lines)
+
+
+def columns_section(wait_s: float) -> tuple[list[dict], float]:
+    rows, waited = [], 0.0
+    for label, trace, hardware, formats, batches, scope in COLUMN_CASES:
+        waited += wait_idle(wait_s)
+        rows.append(columns_cost(label, trace(), hardware, formats, batches, scope,
+                                 COLUMN_CALLS, COLUMN_BUDGET_S))
+    return rows, waited
+
+
 def environment() -> dict:
     try:
         layer = numba.threading_layer()
@@ -417,9 +487,14 @@ def report(env: dict, rows: list[dict], lats: list[dict]) -> tuple[str, dict]:
 
 
 def parse_benchmark_args(prog: str, doc: str, repeats: int, repeats_help: str,
-                         strict_help: str, argv: list[str] | None) -> argparse.Namespace:
-    """The options every benchmark takes: --json, --repeats, --strict, --wait-idle."""
+                         strict_help: str, argv: list[str] | None,
+                         more: Callable[[argparse.ArgumentParser], None] | None = None
+                         ) -> argparse.Namespace:
+    """The options every benchmark takes: --json, --repeats, --strict, --wait-idle; ``more``
+    adds a benchmark's own."""
     parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    if more is not None:
+        more(parser)
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON here")
     parser.add_argument("--repeats", type=int, default=repeats, help=repeats_help)
     parser.add_argument("--strict", action="store_true", help=strict_help)
@@ -438,9 +513,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_benchmark_args(
         "python -m benchmarks.evaluator_throughput", __doc__, NUMBA_REPEATS,
         f"timed calls of the numba kernel (best is reported; default {NUMBA_REPEATS})",
-        "exit 2 when a throughput or latency target is missed", argv)
+        "exit 2 when a throughput or latency target is missed", argv,
+        more=lambda parser: parser.add_argument(
+            "--columns-only", action="store_true",
+            help="time only dse.evaluate against dse.roofline.evaluate (a few seconds)"))
 
     wall = time.perf_counter()
+    if args.columns_only:
+        columns, waited = columns_section(args.wait_idle)
+        print(columns_report(columns))
+        print(f"(benchmark wall time {time.perf_counter() - wall:.1f} s, of which {waited:.1f} s "
+              "waiting for idle cores)")
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump({"benchmark": "evaluator_throughput", "environment": environment(),
+                           "columns": columns}, f, indent=2)
+                f.write("\n")
+        return 0
     hardware = hardware_grid()
     toy = load_trace("toy_hybrid")
     big = synthetic_trace(toy, SYNTHETIC_COPIES)
@@ -455,10 +544,14 @@ def main(argv: list[str] | None = None) -> int:
         for fn in (dse.evaluate, dse.evaluate_designs, dse.evaluate_layers):
             waited += wait_idle(args.wait_idle)
             lats.append(latency(fn.__name__, fn, trace, a100, calls, budget_s=2.0))
+    columns, more_wait = columns_section(args.wait_idle)
+    waited += more_wait
     env = environment()
     text, targets = report(env, rows, lats)
     wall = time.perf_counter() - wall
     print(text)
+    print()
+    print(columns_report(columns))
     print(f"(benchmark wall time {wall:.1f} s, of which {waited:.1f} s waiting for idle cores)")
 
     if args.json:
@@ -468,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:
                                      "sparse_tensor.nonzero_rate": NONZERO_RATES,
                                      "block_sparse.min_block_size": MIN_BLOCK_SIZES},
                         "formats": ["dense", *FORMATS], "batches": BATCHES, "scope": "all"},
-               "throughput": rows, "latency": lats, "targets": targets, "wall_s": wall,
+               "throughput": rows, "latency": lats, "columns": columns, "targets": targets,
+               "wall_s": wall,
                "waited_for_idle_s": waited}
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=2)

@@ -25,13 +25,10 @@ from accelerator_models import Accelerator
 from formats import Format
 from workloads import MAX_BATCH, Trace, load_trace
 
-from .roofline import (
-    DEFAULT_NUMERICS,
-    Numerics,
-    energy_frame,
-    evaluate_layer_frames,
-    memory_frame,
-)
+from .roofline import DEFAULT_NUMERICS, Numerics, evaluate_layer_frames
+from .roofline.energy import accelerator_table, energy_columns
+from .roofline.layer_sums import layer_rows, with_columns
+from .roofline.memory import memory_columns
 
 # The number types a result was priced in: defined beside Numerics, so that the engines below
 # this facade (dse.explore's sweep) add them too; re-exported here with the other columns.
@@ -62,17 +59,22 @@ def with_energy_and_memory(table: pd.DataFrame, trace: Trace | str,
     scopes = [scope] if isinstance(scope, str) else list(scope)
     layers = evaluate_layer_frames(trace, accs, list(formats), list(batches), list(fusions),
                                    scopes, numerics)
-    table = energy_frame(table, layers, trace, accs, numerics)
-    return memory_frame(table, layers, trace, accs, numerics)
+    # energy_frame, then memory_frame: one join of the layers to the designs serves both.
+    by_name = accelerator_table(accs)
+    rows = layer_rows(table, layers, trace)
+    energy = energy_columns(table, layers, trace, by_name, numerics, rows)
+    return with_columns(table, energy | memory_columns(table, layers, trace, by_name, numerics,
+                                                       rows))
 
 
 def with_language_model_columns(table: pd.DataFrame, trace: Trace,
                                 numerics: Numerics = DEFAULT_NUMERICS) -> pd.DataFrame:
     """:func:`language_model_columns` in ``numerics``' dtypes, with ``weight_dtype`` and
     ``kv_dtype`` naming them; ``table`` as :func:`with_energy_and_memory` returns it."""
-    out = language_model_columns(table, trace, numerics.value_bytes, numerics.kv_value_bytes)
-    return out.assign(weight_dtype=numerics.weight_label,
-                      kv_dtype=numerics.kv_dtype or numerics.dtype)
+    columns = _language_model_values(table, trace, numerics.value_bytes,
+                                     numerics.kv_value_bytes)
+    return with_columns(table, columns | {"weight_dtype": numerics.weight_label,
+                                          "kv_dtype": numerics.kv_dtype or numerics.dtype})
 
 
 def language_model_columns(table: pd.DataFrame, trace: Trace, value_bytes: float,
@@ -91,6 +93,12 @@ def language_model_columns(table: pd.DataFrame, trace: Trace, value_bytes: float
     with what the trace cannot hold: the KV cache is resident beside the weights and
     activations, and so is an untied embedding table, which a step does not read (the lookup
     reads rows) and the trace's weights therefore leave out."""
+    return with_columns(table, _language_model_values(table, trace, value_bytes, kv_dtype_bytes))
+
+
+def _language_model_values(table: pd.DataFrame, trace: Trace, value_bytes: float,
+                           kv_dtype_bytes: float | None) -> dict[str, object]:
+    """:func:`language_model_columns`' columns, by name, in the order it sets them."""
     p = trace.provenance
     kvb = value_bytes if kv_dtype_bytes is None else kv_dtype_bytes
     decode = p["phase"] == "decode"
@@ -107,26 +115,25 @@ def language_model_columns(table: pd.DataFrame, trace: Trace, value_bytes: float
     known = ~np.isnan(capacity)
     with np.errstate(invalid="ignore"):
         largest = np.clip(np.floor((capacity - weights) / per_request), 0, MAX_BATCH)
-    out = table.assign(
-        phase=p["phase"], context=p["context"],
-        tokens_per_s=table["batch"] / latency if decode else nothing,
-        time_per_token_s=latency if decode else nothing,
-        ttft_s=nothing if decode else latency,
-        kv_bytes_per_token=p["kv_elems_per_token"] * kvb,
-        kv_cache_bytes=batch * kv_per_request,
-        params=p["params"],
-        weight_storage_bytes=weights,
-        peak_memory_bytes=peak)
+    columns = {
+        "phase": p["phase"], "context": p["context"],
+        "tokens_per_s": table["batch"] / latency if decode else nothing,
+        "time_per_token_s": latency if decode else nothing,
+        "ttft_s": nothing if decode else latency,
+        "kv_bytes_per_token": p["kv_elems_per_token"] * kvb,
+        "kv_cache_bytes": batch * kv_per_request,
+        "params": p["params"],
+        "weight_storage_bytes": weights,
+        "peak_memory_bytes": peak}
     if "expected_latency_s" in table:  # calibrated: the expectation's side of each rate
         expected = table["expected_latency_s"]
-        out = out.assign(
-            expected_tokens_per_s=table["batch"] / expected if decode else nothing,
-            expected_time_per_token_s=expected if decode else nothing,
-            expected_ttft_s=nothing if decode else expected)
-    out["fits"] = pd.array(np.where(known, peak <= capacity, False), dtype="boolean")
-    out.loc[~known, "fits"] = pd.NA
-    out["largest_batch_that_fits"] = pd.array(np.where(known, largest, 0).astype(np.int64),
-                                              dtype="Int64")
-    out.loc[~known, "largest_batch_that_fits"] = pd.NA
-    out["max_batch"] = out["largest_batch_that_fits"]  # issue 24's name for it
-    return out
+        columns.update({
+            "expected_tokens_per_s": table["batch"] / expected if decode else nothing,
+            "expected_time_per_token_s": expected if decode else nothing,
+            "expected_ttft_s": nothing if decode else expected})
+    largest = pd.arrays.IntegerArray(np.where(known, largest, 0).astype(np.int64), ~known)
+    columns.update({
+        "fits": pd.arrays.BooleanArray(np.where(known, peak <= capacity, False), ~known),
+        "largest_batch_that_fits": largest,
+        "max_batch": largest.copy()})  # issue 24's name for it
+    return columns

@@ -36,6 +36,7 @@ its rows' energy and power columns are NaN, never a zero that reads as a figure
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -47,12 +48,13 @@ from formats import parse as parse_format
 from workloads import Trace, load_trace
 
 from .evaluator import DEFAULT_NUMERICS, evaluate, evaluate_layers
+from .layer_sums import DESIGN_KEYS, LayerRows, design_sums, layer_rows, with_columns
 from .numerics import Numerics
 from .pricing import cache_read_elems, has_gemm_weights, weight_read_share, weight_sets
 
 __all__ = ["DESIGN_KEYS", "ENERGY_COLUMNS", "NO_ENERGY_FIGURES", "accelerator_table",
-           "designs_with_layers", "energy_frame", "evaluate_energy", "evaluate_layer_frames",
-           "has_energy_figures", "op_traffic"]
+           "designs_with_layers", "energy_columns", "energy_frame", "evaluate_energy",
+           "evaluate_layer_frames", "has_energy_figures", "op_traffic", "traffic_columns"]
 
 #: Columns :func:`energy_frame` adds, in order.
 ENERGY_COLUMNS = (
@@ -66,8 +68,6 @@ ENERGY_COLUMNS = (
 NO_ENERGY_FIGURES = "n/a (spec has no energy figures)"
 
 PJ = 1e-12
-#: The columns that name one design in ``evaluate`` and ``evaluate_layers`` frames.
-DESIGN_KEYS = ("hardware", "format", "batch", "fusion", "scope")
 
 
 def accelerator_table(hardware: Accelerator | Sequence[Accelerator]) -> dict[str, Accelerator]:
@@ -86,7 +86,34 @@ def accelerator_table(hardware: Accelerator | Sequence[Accelerator]) -> dict[str
 
 def op_traffic(layers: pd.DataFrame, trace: Trace, numerics: Numerics) -> pd.DataFrame:
     """``layers`` (from ``evaluate_layers`` with the same ``trace`` and ``numerics``) with, per
-    row, in units of the run (the whole batch):
+    row, in units of the run (the whole batch), the columns of :func:`traffic_columns`."""
+    out = layers.copy()
+    for column, values in traffic_columns(layers, trace, numerics).items():
+        out[column] = values
+    return out
+
+
+@lru_cache(maxsize=64)
+def _op_figures(trace: Trace) -> dict[str, np.ndarray]:
+    """Per op of ``trace`` (read-only, read once per trace), what :func:`traffic_columns` reads:
+    the GEMM shape, the weights, the layer's density, the features, the vector work and the
+    KV-cache reads."""
+    ops = trace.ops
+    figures = {c: ops[c].to_numpy(dtype=np.float64, copy=True)
+               for c in ("m", "k", "groups", "weight_elems", "density", "input_elems",
+                         "output_elems", "vector_flops")}
+    figures.update(prunable=ops["prunable"].to_numpy(dtype=bool, copy=True),
+                   weight_sets=weight_sets(trace), gemm_weights=has_gemm_weights(ops),
+                   cache_read=cache_read_elems(trace))
+    for values in figures.values():
+        values.flags.writeable = False
+    return figures
+
+
+def traffic_columns(layers: pd.DataFrame, trace: Trace, numerics: Numerics,
+                    op: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per row of ``layers`` (as for :func:`op_traffic`), in units of the run (the whole
+    batch), by name:
 
     ``tensor_flops``, ``sparse_tensor_flops``, ``csr_flops`` (the op's useful GEMM FLOPs by the
     unit that ran them), ``elementwise_flops`` (its vector work: norms, activations, bias adds),
@@ -94,24 +121,25 @@ def op_traffic(layers: pd.DataFrame, trace: Trace, numerics: Numerics) -> pd.Dat
 quantised weights count as values),
     ``feature_dram_bytes`` (``dram_bytes - weight_bytes``: the features the fusion model sends
     through DRAM) and ``feature_onchip_bytes`` (every feature the op reads or writes: all of
-    them cross the on-chip memories once, whatever the fusion model).
+    them cross the on-chip memories once, whatever the fusion model). ``op``: each row's
+    position in ``trace.ops``, where known (:class:`~dse.roofline.layer_sums.LayerRows`).
     """
     ops = trace.ops
-    index = pd.Index(ops["name"])
-    j = index.get_indexer(layers["op"].astype(str))
+    j = pd.Index(ops["name"]).get_indexer(layers["op"].astype(str)) if op is None else op
     if (j < 0).any():
         missing = layers["op"].astype(str)[j < 0].iloc[0]
         raise ValueError(f"op {missing!r} is not in trace {trace.model!r}; pass the trace the "
                          "layers were evaluated on")
+    per_op = _op_figures(trace)
     batch = layers["batch"].to_numpy(dtype=np.float64)
     vb = float(numerics.value_bytes)
     wb = float(numerics.weight_value_bytes)
-    m, k, g = (ops[c].to_numpy(dtype=np.float64)[j] for c in ("m", "k", "groups"))
-    gw = g * weight_sets(trace)[j]  # GEMM weight matrices stored: groups x experts
-    scales = np.where(has_gemm_weights(ops)[j], gw * numerics.scale_bytes(m, k), 0.0)
-    weight_elems = ops["weight_elems"].to_numpy(dtype=np.float64)[j]
-    layer_density = ops["density"].to_numpy(dtype=np.float64)[j]
-    prunable = ops["prunable"].to_numpy(dtype=bool)[j]
+    m, k, g = (per_op[c][j] for c in ("m", "k", "groups"))
+    gw = g * per_op["weight_sets"][j]  # GEMM weight matrices stored: groups x experts
+    scales = np.where(per_op["gemm_weights"][j], gw * numerics.scale_bytes(m, k), 0.0)
+    weight_elems = per_op["weight_elems"][j]
+    layer_density = per_op["density"][j]
+    prunable = per_op["prunable"][j]
     weight_bytes = layers["weight_bytes"].to_numpy(dtype=np.float64)
     # Stored nonzeros where the op runs the format's values (own kernel or the CSR fallback of
     # the same nonzeros); dense storage where it stays dense (shape or dense hw fallback).
@@ -133,21 +161,20 @@ quantised weights count as values),
         values = np.where(rows, stored * share, values)
     unit = layers["unit"].astype(str).to_numpy(dtype=object)
     flops = layers["flops"].to_numpy(dtype=np.float64)
-    features = (ops["input_elems"].to_numpy(dtype=np.float64)[j]
-                + ops["output_elems"].to_numpy(dtype=np.float64)[j])
-    out = layers.copy()
-    out["tensor_flops"] = np.where(unit == "tensor", flops, 0.0)
-    out["sparse_tensor_flops"] = np.where(unit == "sparse_tensor", flops, 0.0)
-    out["csr_flops"] = np.where(unit == "vector", flops, 0.0)
-    out["elementwise_flops"] = ops["vector_flops"].to_numpy(dtype=np.float64)[j] * batch
-    out["value_bytes"] = values
-    # Index = what the storage holds beyond its values; rounding can leave -1e-9 for dense.
-    out["index_bytes"] = np.maximum(weight_bytes - values, 0.0)
-    out["feature_dram_bytes"] = layers["dram_bytes"].to_numpy(dtype=np.float64) - weight_bytes
+    features = per_op["input_elems"][j] + per_op["output_elems"][j]
     # KV-cache reads (a language model's decode) are stored at the KV dtype.
-    cached = cache_read_elems(trace)[j]
-    out["feature_onchip_bytes"] = (vb * features + (numerics.kv_value_bytes - vb) * cached) * batch
-    return out
+    cached = per_op["cache_read"][j]
+    return {
+        "tensor_flops": np.where(unit == "tensor", flops, 0.0),
+        "sparse_tensor_flops": np.where(unit == "sparse_tensor", flops, 0.0),
+        "csr_flops": np.where(unit == "vector", flops, 0.0),
+        "elementwise_flops": per_op["vector_flops"][j] * batch,
+        "value_bytes": values,
+        # Index = what the storage holds beyond its values; rounding can leave -1e-9 for dense.
+        "index_bytes": np.maximum(weight_bytes - values, 0.0),
+        "feature_dram_bytes": layers["dram_bytes"].to_numpy(dtype=np.float64) - weight_bytes,
+        "feature_onchip_bytes": (vb * features + (numerics.kv_value_bytes - vb) * cached) * batch,
+    }
 
 
 _SUMS = ("tensor_flops", "sparse_tensor_flops", "csr_flops", "elementwise_flops", "value_bytes",
@@ -155,20 +182,17 @@ _SUMS = ("tensor_flops", "sparse_tensor_flops", "csr_flops", "elementwise_flops"
 
 
 def _design_sums(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace,
-                 numerics: Numerics) -> pd.DataFrame:
+                 numerics: Numerics, rows: LayerRows) -> dict[str, np.ndarray]:
     """Per row of ``designs``: the op sums of :data:`_SUMS` over its layers."""
-    keys = list(DESIGN_KEYS)
-    traffic = op_traffic(layers, trace, numerics)
-    for key in keys:
-        traffic[key] = traffic[key].astype(str)
-    sums = traffic.groupby(keys, sort=False)[list(_SUMS)].sum().reset_index()
-    left = designs[keys].astype(str).reset_index(drop=True)
-    merged = left.merge(sums, on=keys, how="left", validate="many_to_one")
-    if merged[list(_SUMS)].isna().any().any():
-        row = merged[merged[list(_SUMS)].isna().any(axis=1)].iloc[0]
-        raise ValueError("no layers for design " + ", ".join(f"{k}={row[k]}" for k in keys)
+    traffic = traffic_columns(layers, trace, numerics, rows.op)
+    sums = design_sums(np.column_stack([traffic[c] for c in _SUMS]), rows)
+    missing = np.flatnonzero(np.isnan(sums).any(axis=1))
+    if len(missing):
+        row = designs.iloc[missing[0]]
+        raise ValueError("no layers for design "
+                         + ", ".join(f"{k}={row[k]}" for k in DESIGN_KEYS)
                          + "; evaluate the layers of every design (evaluate_layer_frames)")
-    return merged
+    return {c: sums[:, i] for i, c in enumerate(_SUMS)}
 
 
 def _figure(acc: Accelerator, path: str, work: np.ndarray, gaps: np.ndarray, rows: np.ndarray,
@@ -205,7 +229,16 @@ def energy_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
     """
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
     accs = accelerator_table(hardware)
-    sums = _design_sums(designs, layers, trace, numerics)
+    rows = layer_rows(designs, layers, trace)
+    return with_columns(designs, energy_columns(designs, layers, trace, accs, numerics, rows))
+
+
+def energy_columns(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace,
+                   accs: dict[str, Accelerator], numerics: Numerics,
+                   rows: LayerRows) -> dict[str, np.ndarray]:
+    """:data:`ENERGY_COLUMNS` of :func:`energy_frame`, by name, per row of ``designs``;
+    ``accs``: :func:`accelerator_table`; ``rows``: ``layer_rows(designs, layers, trace)``."""
+    s = _design_sums(designs, layers, trace, numerics, rows)
     n = len(designs)
     cols = {c: np.zeros(n) for c in ("e_tensor", "e_sparse", "e_csr", "e_vector", "dram",
                                     "onchip", "static", "board")}
@@ -213,10 +246,9 @@ def energy_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
     for i in range(n):
         gaps[i] = []
     unknown = np.zeros(n, dtype=bool)  # rows on a spec with no energy figure at all
-    s = {c: sums[c].to_numpy(dtype=np.float64) for c in _SUMS}
     traffic = s["value_bytes"] + s["index_bytes"] + s["feature_onchip_bytes"]
     always = np.ones(n)
-    hw_names = sums["hardware"].to_numpy(dtype=object)
+    hw_names = designs["hardware"].astype(str).to_numpy(dtype=object)
     dt, cd, vd = numerics.dtype, numerics.csr_dtype, numerics.vector_dtype
     for name in pd.unique(hw_names):
         if name not in accs:
@@ -246,7 +278,6 @@ def energy_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
             cols[column][rows] = 0.0 if value is None else value
         cols["board"][rows] = np.nan if acc.board_power_w is None else acc.board_power_w
     unpriced = np.array(["; ".join(g) for g in gaps], dtype=object)
-    s = {c: sums[c].to_numpy(dtype=np.float64) for c in _SUMS}
     tensor = PJ * s["tensor_flops"] * cols["e_tensor"]
     sparse = PJ * s["sparse_tensor_flops"] * cols["e_sparse"]
     vector = PJ * (s["csr_flops"] * cols["e_csr"] + s["elementwise_flops"] * cols["e_vector"])
@@ -267,7 +298,6 @@ def energy_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
     capped_latency = np.where(capped, capped_at, latency)
     static = cols["static"] * capped_latency
     energy = dynamic + static
-    out = designs.copy()
     batch = designs["batch"].to_numpy(dtype=np.float64)
     new = {
         "energy_j": energy,
@@ -293,9 +323,7 @@ def energy_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
         for column, values in new.items():
             if column.startswith(("energy_", "avg_power", "edp")) and column != "energy_unpriced":
                 new[column] = np.where(unknown, np.nan, values)
-    for column in ENERGY_COLUMNS:
-        out[column] = new[column]
-    return out
+    return {column: new[column] for column in ENERGY_COLUMNS}
 
 
 def evaluate_layer_frames(trace: Trace, hardware: Sequence[Accelerator],

@@ -38,8 +38,9 @@ from formats import parse as parse_format
 from workloads import MAX_BATCH, MODEL_INPUT, Trace, load_trace
 
 from . import fusion_rules
-from .energy import DESIGN_KEYS, accelerator_table, designs_with_layers
+from .energy import accelerator_table, designs_with_layers
 from .evaluator import DEFAULT_NUMERICS, FUSIONS
+from .layer_sums import LayerRows, design_sums, layer_rows, with_columns
 from .numerics import Numerics
 from .pricing import (
     KERNEL_CSR,
@@ -54,7 +55,7 @@ from .pricing import (
 )
 
 __all__ = ["MEMORY_COLUMNS", "ActivationPeak", "activation_peak", "evaluate_memory",
-           "memory_frame", "unread_weight_bytes"]
+           "memory_columns", "memory_frame", "unread_weight_bytes"]
 
 #: Columns :func:`memory_frame` adds, in order.
 MEMORY_COLUMNS = ("weight_storage_bytes", "activation_peak_bytes", "onchip_peak_bytes",
@@ -120,25 +121,35 @@ def memory_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
     Bytes for the whole batch."""
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
     accs = accelerator_table(hardware)
+    rows = layer_rows(designs, layers, trace)
+    return with_columns(designs, memory_columns(designs, layers, trace, accs, numerics, rows))
+
+
+def memory_columns(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace,
+                   accs: dict[str, Accelerator], numerics: Numerics,
+                   rows: LayerRows) -> dict[str, object]:
+    """:data:`MEMORY_COLUMNS` of :func:`memory_frame`, by name, per row of ``designs``;
+    ``accs``: ``accelerator_table(hardware)``; ``rows``: ``layer_rows(designs, layers,
+    trace)``."""
     ops = trace.ops
     vb = float(numerics.value_bytes)
-    prunable_names = set(ops.loc[ops["prunable"], "name"])
-    fixed = float(weight_bytes_dense(trace, numerics)[~ops["prunable"].to_numpy(bool)].sum())
-    keys = list(DESIGN_KEYS)
-    rows = layers[layers["op"].astype(str).isin(prunable_names)]
+    is_prunable = ops["prunable"].to_numpy(dtype=bool)
+    fixed = float(weight_bytes_dense(trace, numerics)[~is_prunable].sum())
+    in_trace = rows.op >= 0
+    prunable = np.zeros(len(layers), dtype=bool)
+    prunable[in_trace] = is_prunable[rows.op[in_trace]]
     # A layer row holds the weights its step reads; an MoE's experts are all resident.
-    share = weight_read_share(trace, pd.Index(ops["name"]).get_indexer(rows["op"].astype(str)),
-                              rows["batch"].to_numpy(dtype=np.float64))
+    weight_bytes = layers["weight_bytes"].to_numpy(dtype=np.float64)
+    share = weight_read_share(trace, rows.op[prunable],
+                              layers["batch"].to_numpy(dtype=np.float64)[prunable])
     if share is not None:
-        rows = rows.assign(weight_bytes=rows["weight_bytes"].to_numpy(dtype=np.float64) / share)
-    rows = rows.assign(**{k: rows[k].astype(str) for k in keys})
-    prunable = rows.groupby(keys, sort=False)["weight_bytes"].sum().reset_index()
-    left = designs[keys].astype(str).reset_index(drop=True)
-    merged = left.merge(prunable, on=keys, how="left", validate="many_to_one")
-    if prunable_names and merged["weight_bytes"].isna().any():
+        weight_bytes = weight_bytes.copy()
+        weight_bytes[prunable] = weight_bytes[prunable] / share
+    stored = design_sums(weight_bytes[:, None], rows, keep=prunable)[:, 0]
+    if is_prunable.any() and np.isnan(stored).any():
         raise ValueError("layers lack some design; evaluate the layers of every design "
                          "(dse.roofline.energy.evaluate_layer_frames)")
-    weights = fixed + merged["weight_bytes"].fillna(0.0).to_numpy(dtype=np.float64)
+    weights = fixed + np.where(np.isnan(stored), 0.0, stored)  # no prunable op: none
     batch = designs["batch"].to_numpy(dtype=np.float64)
     fusions = designs["fusion"].astype(str).to_numpy(dtype=object)
     per_sample = np.array([activation_peak(trace, f).dram_elems for f in fusions]) * vb
@@ -158,19 +169,18 @@ def memory_frame(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace | str
     with np.errstate(divide="ignore", invalid="ignore"):
         largest = np.where(per_sample > 0, np.floor(room / per_sample), MAX_BATCH)
     largest = np.where(room < 0, 0, np.clip(largest, 0, MAX_BATCH))
-    out = designs.copy()
-    out["weight_storage_bytes"] = weights
-    out["activation_peak_bytes"] = activations
-    out["onchip_peak_bytes"] = onchip
-    out["peak_memory_bytes"] = peak
-    out["dram_capacity_bytes"] = capacity
-    out["fits"] = pd.array(np.where(known, peak <= capacity, False), dtype="boolean")
-    out.loc[~known, "fits"] = pd.NA
-    out["largest_batch_that_fits"] = pd.array(largest.astype(np.int64), dtype="Int64")
-    out.loc[~known, "largest_batch_that_fits"] = pd.NA
-    out["fits_on_chip"] = pd.array(onchip <= np.nan_to_num(l2, nan=np.inf), dtype="boolean")
-    out.loc[np.isnan(l2) & (onchip > 0), "fits_on_chip"] = pd.NA
-    return out
+    on_chip_unknown = np.isnan(l2) & (onchip > 0)
+    return {
+        "weight_storage_bytes": weights,
+        "activation_peak_bytes": activations,
+        "onchip_peak_bytes": onchip,
+        "peak_memory_bytes": peak,
+        "dram_capacity_bytes": capacity,
+        "fits": pd.arrays.BooleanArray(np.where(known, peak <= capacity, False), ~known),
+        "largest_batch_that_fits": pd.arrays.IntegerArray(largest.astype(np.int64), ~known),
+        "fits_on_chip": pd.arrays.BooleanArray(onchip <= np.nan_to_num(l2, nan=np.inf),
+                                               on_chip_unknown),
+    }
 
 
 def unread_weight_bytes(designs: pd.DataFrame, trace: Trace,
