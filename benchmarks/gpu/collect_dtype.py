@@ -137,10 +137,9 @@ def _int4_pack(torch, w):
     zero = lo + 8 * scale
     deq = ((q - 8) * scale + zero).reshape(m, k)
     q = q.reshape(m, k).to(torch.uint8)
-    packed = _attempt(lambda: torch._convert_weight_to_int4pack(
-        (q[:, ::2] << 4 | q[:, 1::2]).contiguous(), INNER_K_TILES))
-    if isinstance(packed, Exception):
-        raise packed
+    # two values a byte, the even one in the high nibble (torch's uint8 layout for the packing)
+    packed = torch._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).contiguous(),
+                                               INNER_K_TILES)
     sz = torch.stack([scale.reshape(m, -1).t(), zero.reshape(m, -1).t()], dim=2)
     return packed, sz.to(torch.bfloat16).contiguous(), deq
 
