@@ -37,21 +37,13 @@ from accelerator_models import SpecError
 from accelerator_models.loader import POSITIVE_RANGE
 from dse.measure.dataset import DATASETS_DIR, DatasetError, validate
 from tests.cli_run import run_cli
+from tests.test_cli_reliability_round6 import _refused  # one line, exit 2, no traceback
 
 ROOT = Path(__file__).parents[1]
 ROUND_GPU = ROOT / "tests" / "data" / "round_gpu.toml"
 TOY = ["--model", "toy_hybrid", "--hw", "a100", "--format", "2:4"]
 
 
-def _refused(argv: list[str], capsys) -> str:
-    """The one line a refused command prints; exit 2, no traceback."""
-    code = run_cli(argv)
-    out, err = capsys.readouterr()
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2, f"exit {code}; stderr: {err}"
-    assert "Traceback" not in out + err, err
-    assert len(lines) == 1, f"{len(lines)} lines on stderr:\n{err}"
-    return lines[0]
 
 
 def _no_training(*_args, **_kwargs):
