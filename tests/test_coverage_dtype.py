@@ -22,7 +22,7 @@ import pytest
 
 from dse import Numerics
 from dse.api import expected_ops
-from dse.calibrate.coverage import coverage, measured_shapes
+from dse.calibrate.coverage import coverage, coverage_note, measured_shapes
 from dse.calibrate.predictor import load_predictors
 from workloads import load_model
 from workloads.llm import llm_config_from_dict, llm_trace
@@ -81,6 +81,19 @@ def test_h100_shapes_never_timed_are_shapes_whatever_the_dtype(h100, dtype):
     # fp8: every GEMM computes in a dtype never timed; fp16: the 2 x 32 + 1 shapes above.
     assert list(d["extrapolated"]) == [289 if dtype == "fp8" else 65]
     assert cov.dtypes == (("fp8 compute",) if dtype == "fp8" else ())
+
+
+def test_each_untimed_dtype_is_named_once(h100):
+    """fp8 compute with int4 weights: the projections are marked with both, the attention
+    products with fp8 compute alone; the line names each mark once."""
+    step = load_model("llama-3-8b", "prefill", 512)
+    numerics = Numerics(dtype="fp8", weight_dtype="int4")
+    expected = expected_ops(step, "h100-sxm", ["dense"], [1], h100, scope="all",
+                            numerics=numerics)
+    cov = coverage(expected, step, h100, "fp8")
+    assert cov.dtypes == ("fp8 compute", "int4 weights")
+    assert "they compute or read fp8 compute and int4 weights (its kernels" in coverage_note(
+        cov, "h100-sxm", step.model)
 
 
 def test_the_line_quotes_the_kernels_timed_since_in_that_dtype(tmp_path, monkeypatch):

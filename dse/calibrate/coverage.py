@@ -165,7 +165,10 @@ def coverage(expected: pd.DataFrame, trace, predictors, dtype: str | None = None
         & (n <= joined["n_max"].to_numpy(dtype=np.float64))
     narrow = (rows["extrapolated_dtype"].to_numpy(dtype=object) != "") \
         if "extrapolated_dtype" in rows else np.zeros(len(rows), dtype=bool)
-    dtypes = tuple(sorted(set(rows["extrapolated_dtype"].to_numpy(dtype=object)[gemm & narrow])))
+    # each mark once ("fp8 compute" and "fp8 compute, int4 weights" of two ops: two marks)
+    dtypes = tuple(sorted({mark for joined in
+                           rows["extrapolated_dtype"].to_numpy(dtype=object)[gemm & narrow]
+                           for mark in str(joined).split(", ") if mark}))
     extrapolated = gemm & (~timed | narrow)
     untimed = gemm & ~timed  # the shapes or N never timed, named in the line
     seconds = rows["expected_s"].to_numpy(dtype=np.float64)
