@@ -240,9 +240,11 @@ def test_the_context_limit_of_decode_counts_every_op():
 
 
 def test_a_model_too_wide_for_one_token_is_told_by_the_trace_not_a_zero_hint():
-    """Width 2**29: one token's rotary op holds 2 x 2**29 elements; no prompt is short enough,
-    so no "give at most N" (the old check said 1, which failed too)."""
-    c = llm_config_from_dict(dict(WIDE, num_attention_heads=1, head_dim=2**29), name="huge")
+    """Width 2**29 (256 heads of 2**21, each field within the widths a config may have): one
+    token's rotary op holds 2 x 2**29 elements; no prompt is short enough, so no "give at most
+    N" (the old check said 1, which failed too)."""
+    c = llm_config_from_dict(dict(WIDE, num_attention_heads=2**8, num_key_value_heads=2**8,
+                                  head_dim=2**21), name="huge")
     with pytest.raises(TraceError) as info:
         llm_trace(c, "prefill", 2)
     assert "give at most" not in str(info.value)
