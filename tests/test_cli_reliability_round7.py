@@ -356,7 +356,7 @@ def test_a_dataset_given_twice_is_refused(second, rows, tmp_path, monkeypatch, c
     assert os.listdir(tmp_path) == ["d.parquet"]
 
 
-@pytest.mark.parametrize("field", ["hidden_size", "intermediate_size", "vocab_size", "head_dim"])
+@pytest.mark.parametrize("field", ["hidden_size", "intermediate_size", "vocab_size"])
 def test_a_width_past_any_model_is_refused_naming_the_field(field, tmp_path, monkeypatch,
                                                            capsys):
     """hidden_size 2**40 once reached the trace's per-sample limit, which named an op."""

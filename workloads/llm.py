@@ -112,13 +112,14 @@ class _Architecture:
 #: a trace holds ~17 ops a layer, so a mistyped count (1e9) would build ops until memory ran
 #: out rather than fail.
 MAX_LAYERS = 1024
-#: The widest a width field (hidden, intermediate, head, vocabulary size) may be: 2**22, far
-#: above any public model's (hidden 16,384-25,600, vocabularies ~256 Ki); a mistyped 2**40
-#: once reached the trace's per-sample limit, which named an op, not the field.
+#: The widest a width field (hidden, intermediate, vocabulary size) may be: 2**22, far above
+#: any public model's (hidden 16,384-25,600, vocabularies ~256 Ki); a mistyped 2**40 once
+#: reached the trace's per-sample limit, which named an op, not the field. (A head too wide
+#: for one token is told by the trace, with the op it overflows.)
 MAX_WIDTH = 2**22
 
 #: The width fields :data:`MAX_WIDTH` bounds.
-_WIDTHS = ("hidden_size", "intermediate_size", "head_dim", "vocab_size")
+_WIDTHS = ("hidden_size", "intermediate_size", "vocab_size")
 
 #: The decoder-only families whose structure this module knows (transformers 5 modeling code).
 ARCHITECTURES = {
