@@ -36,7 +36,14 @@ from __future__ import annotations
 
 from dse.roofline import Numerics
 
-from .collect_gemm import DECODE_N, LLM_LINEARS, VIT_LINEARS, GemmShape, _rel_err, _unique
+from .collect_gemm import (
+    DECODE_N,
+    LLM_LINEARS,
+    VIT_LINEARS,
+    GemmShape,
+    distinct_shapes,
+    relative_error,
+)
 from .collect_items import Item
 from .collect_rows import Bench, error_row, price_rows, timed_rows
 
@@ -61,7 +68,7 @@ def shapes(smoke: bool = False) -> list[GemmShape]:
            for name, m, k in LLM_LINEARS for n in (*DECODE_N, *PREFILL_N)]
     out += [GemmShape(m, k, 197 * b, "vit", name, b)
             for name, m, k in VIT_LINEARS for b in VIT_BATCHES]
-    return _unique(out)
+    return distinct_shapes(out)
 
 
 def items(smoke: bool = False) -> list[Item]:
@@ -233,7 +240,7 @@ def run(item: Item, bench: Bench) -> dict[str, list[dict]]:
             continue
         try:
             out = fn()
-            err = (_rel_err(out.t() if transposed else out, reference)
+            err = (relative_error(out.t() if transposed else out, reference)
                    if reference is not None else float("nan"))
             bench.clock.sync()
         except Exception as exc:  # a library refusing a shape or dtype is data, not a crash

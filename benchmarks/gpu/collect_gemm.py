@@ -32,7 +32,8 @@ import numpy as np
 from .collect_items import Item
 from .collect_rows import Bench, error_row, price_rows, timed_rows
 
-__all__ = ["GemmShape", "items", "more_items", "more_shapes", "run", "shapes", "weights"]
+__all__ = ["GemmShape", "distinct_shapes", "items", "more_items", "more_shapes", "relative_error",
+           "run", "shapes", "weights"]
 
 
 @dataclass(frozen=True)
@@ -114,10 +115,10 @@ def shapes(smoke: bool = False) -> list[GemmShape]:
     out += [GemmShape(m, k, n, "llm-prefill", name)
             for name, m, k in LLM_LINEARS for n in PREFILL_N]
     out += [GemmShape(s, s, n, "square", f"square {s}") for s in SQUARE[0] for n in SQUARE[1]]
-    return _unique(out)
+    return distinct_shapes(out)
 
 
-def _unique(shapes: list[GemmShape], seen: set | None = None) -> list[GemmShape]:
+def distinct_shapes(shapes: list[GemmShape], seen: set | None = None) -> list[GemmShape]:
     """``shapes`` with each (M, K, N) once, first kept, none of ``seen``."""
     seen, unique = set(seen or ()), []
     for s in shapes:
@@ -148,7 +149,7 @@ def more_shapes(smoke: bool = False) -> list[GemmShape]:
             out += [GemmShape(m, k, tokens * b, "swin", f"swin_tiny c{c} {name}", b)
                     for name, m, k in (("qkv", 3 * c, c), ("proj", c, c),
                                        ("fc1", 4 * c, c), ("fc2", c, 4 * c))]
-    return _unique(out, {(s.m, s.k, s.n) for s in shapes()})
+    return distinct_shapes(out, {(s.m, s.k, s.n) for s in shapes()})
 
 
 def more_items(smoke: bool = False) -> list[Item]:
@@ -188,7 +189,7 @@ def weights(bench: Bench, m: int, k: int) -> dict:
     return cache
 
 
-def _rel_err(out, ref) -> float:
+def relative_error(out, ref) -> float:
     den = float(ref.norm())
     return float((out.float() - ref).norm()) / den if den > 0 else 0.0
 
@@ -237,7 +238,7 @@ def run(item: Item, bench: Bench) -> dict[str, list[dict]]:
         fields = dict(fields, implementation=name)
         try:
             out = fn()
-            err = _rel_err(out.t() if transposed else out, reference)
+            err = relative_error(out.t() if transposed else out, reference)
             bench.clock.sync()
         except Exception as exc:  # a library refusing a shape is data, not a crash
             bench.clock.sync()
