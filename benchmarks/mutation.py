@@ -236,10 +236,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("dse/roofline/energy.py", "capped = capped_at > latency", "> -> >="):
         "at E_d / (board - static) == latency exactly, the cap and the latency are the same "
         "time: capped latency, energy and power agree; power_capped at the tie is either",
-    ("dse/roofline/energy.py",
-     "sums = traffic.groupby(keys, sort=False)[list(_SUMS)].sum().reset_index()",
-     "False -> True"):
-        "groupby(sort=True) reorders the sums; the merge on the design keys puts them back",
     ("dse/roofline/evaluator.py", "categorical: bool = False) -> pd.DataFrame:",
      "False -> True"):
         "_totals_frame's default is never used: its one caller, evaluate, passes categorical",
@@ -260,16 +256,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "a cache one entry larger: the same values, computed again one call later or sooner",
     ("dse/roofline/memory.py", "room = np.where(known, capacity - weights, 0.0)", "0.0 -> 1.0"):
         "room is used only where the capacity is known; the other rows' largest batch is NA",
-    ("dse/roofline/memory.py", "left = designs[keys].astype(str).reset_index(drop=True)",
-     "True -> False"):
-        "reset_index(drop=False) adds the old index as a column the merge carries and no one "
-        "reads",
     ("dse/roofline/memory.py", "dram, onchip = np.zeros(n + 1), np.zeros(n + 1)", "1 -> 2 #1"):
         "one more slot of the live-set differences, past the last op: the peak reads [:n] only",
-    ("dse/roofline/memory.py",
-     'prunable = rows.groupby(keys, sort=False)["weight_bytes"].sum().reset_index()',
-     "False -> True"):
-        "groupby(sort=True) reorders the sums; the merge on the design keys puts them back",
     ("dse/roofline/pricing.py",
      'bias_bytes = np.where(prunable, vb * (_as_float(ops, "weight_elems") - gw * m * k), 0.0)',
      "0.0 -> 1.0"):
