@@ -195,6 +195,11 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
     priced with; see the module). An MoE expert linear is its touched experts' GEMMs (the
     module): ``expected_s`` sums them."""
     config = op_configs(layers, trace, cache, predictors.warm_capacity_bytes)
+    # A vector kind with no predictor of its own here (features.vector_key; a file trained
+    # before the split, the CPU's): priced as a vector op, as before the split.
+    split = config["key"].str.startswith("vector_").to_numpy() & ~config["key"].isin(
+        list(predictors.families)).to_numpy()
+    config.loc[split, "key"] = "vector"
     count = config["kernels"].to_numpy()
     timed_in = timed_dtype(predictors)
     untimed = _untimed_dtypes(layers, trace, numerics, timed_in)

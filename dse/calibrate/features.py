@@ -10,13 +10,15 @@ import re
 import numpy as np
 import pandas as pd
 
-__all__ = ["FEATURES", "IMAGE_CHANNELS", "IMPL", "KEYS", "TILE", "conv_kind", "copy_kind",
+__all__ = ["FEATURES", "IMAGE_CHANNELS", "IMPL", "KEYS", "OWN_VECTOR_KINDS", "TILE",
+           "conv_kind", "copy_kind",
            "family_key", "feature_kind", "feature_matrix", "fp32_kind", "kind_code",
-           "strided_kind", "training_rows", "usable_rows", "with_conv_inputs",
+           "strided_kind", "training_rows", "usable_rows", "vector_key", "with_conv_inputs",
            "with_feature_kinds", "with_norm_widths"]
 
-#: Predictor keys: one predictor per (device, key).
-KEYS = ("gemm", "gemm_fp32", "conv", "grouped_conv", "nm", "block", "csr", "vector")  # block{b}
+#: Predictor keys: one predictor per (device, key); ``block{b}`` per block size, and
+#: ``vector_{kind}`` for each of :data:`OWN_VECTOR_KINDS` (:func:`vector_key`).
+KEYS = ("gemm", "gemm_fp32", "conv", "grouped_conv", "nm", "block", "csr", "vector")
 
 #: The output tile (rows x columns of Y) a GEMM kernel pads to: 128 x 128 on a GPU (CUTLASS
 #: and cuBLAS's common tile), 16 x 16 on a CPU (a register block of AVX-512 micro-kernels).
@@ -76,13 +78,36 @@ def kind_code(kind: str) -> int:
     return _KINDS.get(str(kind), 9)
 
 
+#: Vector kinds priced by a predictor of their own (:func:`vector_key`): data movement (copies,
+#: rolls, pads, gathers), softmax and the add of a transposed view. On an H100 they run at
+#: sustained speeds far from the other vector ops' (a gather of 16-element rows 0.1 TB/s, a
+#: roll 0.45, a contiguous add 2.5) and reach them at other sizes; under the one floor and
+#: ceiling of all vector ops, the residual trees' steps between the sizes measured missed
+#: them. Norms, activations, elementwise ops, pools and reductions keep one predictor
+#: (``vector``): split apart too, each alone extrapolated worse to the whole models whose
+#: shapes were held out (ResNet-50's batch norms and max pool, never timed on the H100, are
+#: priced by it).
+OWN_VECTOR_KINDS = ("other", "other:roll", "other:pad", "other:gather", "softmax",
+                    "softmax:fp32", "elementwise:strided")
+
+
+def vector_key(kind: str) -> str:
+    """The predictor of a vector op of ``kind`` (as :func:`feature_kind` tells kinds apart):
+    ``vector_other_roll``, ``vector_softmax_fp32`` for :data:`OWN_VECTOR_KINDS`, else
+    ``vector``. Predictors trained before the split (one ``vector`` predictor, the CPU's)
+    price every kind with it (:func:`dse.calibrate.expected.expected_layers`)."""
+    if str(kind) in OWN_VECTOR_KINDS:
+        return "vector_" + str(kind).replace(":", "_")
+    return "vector"
+
+
 def family_key(family: str, kind: str, groups: int, block: int) -> str:
     """The predictor that prices a kernel: dense GEMMs split into plain GEMM (linear, matmul),
     fp32 products of an fp16 device (``gemm_fp32``), convolution and grouped/depthwise
     convolution; N:M; block, one predictor per block size
-    (``block16``); CSR; vector ops."""
+    (``block16``); CSR; vector ops (:func:`vector_key`)."""
     if family == "vector":
-        return "vector"
+        return vector_key(kind)
     if family == "nm":
         return "nm"
     if family == "block":
