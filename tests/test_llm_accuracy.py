@@ -27,9 +27,11 @@ def table():
 def test_rows_per_model_and_every_row_has_its_source(table):
     frame = table.frame
     # llama-3-8b: DenoiseRotator 3, Neural Magic 3, MaskLLM 3, LLaMA3-Quantization 7 x 2
-    # metrics, torchao 4; llama-3-70b: DenoiseRotator 6, LLaMA3-Quantization 4 x 2.
+    # metrics, torchao 4; llama-3-70b: DenoiseRotator 6, LLaMA3-Quantization 4 x 2; each
+    # LLaMA-2: the Wanda README's dense and 3 methods x (50%, 4:8, 2:4).
     assert frame.groupby("model").size().to_dict() == {
-        "llama-3-8b": 27, "llama-3-70b": 14, "mistral-7b": 3}
+        "llama-3-8b": 27, "llama-3-70b": 14, "mistral-7b": 3,
+        "llama-2-7b": 10, "llama-2-13b": 10, "llama-2-70b": 10}
     assert set(table.models()) <= set(llm_names())
     assert (frame["status"] == "published").all()  # nothing interpolated, nothing guessed
     assert set(frame["source"]) == {
@@ -39,7 +41,8 @@ def test_rows_per_model_and_every_row_has_its_source(table):
         "README.md",
         "https://arxiv.org/abs/2404.14047",
         "https://github.com/pytorch/ao/blob/bac039fc84867e128db860107ae21283ef1a763e/torchao/"
-        "quantization/README.md"}
+        "quantization/README.md",
+        WANDA}
     for location in frame["location"]:
         assert "table" in location, location
 
@@ -70,6 +73,8 @@ def test_published_figures_by_value(table, model, pattern, metric, value, degrad
 
 
 DENOISE = "https://arxiv.org/abs/2505.23049"
+WANDA = ("https://github.com/locuslab/wanda/blob/1317b0ba3fab5cd0491961b41598138466647ebf/"
+         "README.md")
 MASKLLM = ("https://github.com/NVlabs/MaskLLM/blob/50e50de8dc833714bb70a951d0ae37a5e79bcc7b/"
            "README.md")
 LLAMA3_QUANT = "https://arxiv.org/abs/2404.14047"
@@ -127,6 +132,28 @@ def test_the_fp8_figure_is_against_its_sources_dense_fp16(table):
     assert table.lookup("llama-3-8b", "dense", "fp8", "openllm_v1_mean").status == "missing"
 
 
+@pytest.mark.parametrize(("model", "pattern", "value", "degradation", "method"), [
+    # The Wanda README's LLaMA-2 table (WikiText perplexity), by hand: dense 5.12 / 4.57 / 3.12.
+    # 7B at 2:4: magnitude 54.59, SparseGPT 10.17, Wanda 11.02: SparseGPT's +5.05 is least.
+    ("llama-2-7b", "2:4", 10.17, 10.17 - 5.12, "sparsegpt"),
+    # 7B at 4:8: SparseGPT 8.12, Wanda 7.97 (+2.85), magnitude 16.48.
+    ("llama-2-7b", "4:8", 7.97, 7.97 - 5.12, "wanda"),
+    # 13B at 2:4: SparseGPT 8.32, Wanda 8.27 (+3.70).
+    ("llama-2-13b", "2:4", 8.27, 8.27 - 4.57, "wanda"),
+    # 70B at 50%: SparseGPT and Wanda both 3.98 (+0.86): the first row (SparseGPT) wins.
+    ("llama-2-70b", "unstructured@50%", 3.98, 3.98 - 3.12, "sparsegpt"),
+    ("llama-2-70b", "4:8", 4.47, 4.47 - 3.12, "wanda"),
+])
+def test_llama_2_takes_the_least_increase_of_three_methods(table, model, pattern, value,
+                                                          degradation, method):
+    hit = table.lookup(model, pattern)
+    assert hit.status == "measured"
+    assert hit.value == value
+    assert hit.degradation == pytest.approx(degradation, abs=1e-9)
+    assert (hit.method, hit.source) == (method, WANDA)
+    assert "column llama2-" in hit.location
+
+
 def test_the_abstracts_headline_matches_the_table(table):
     # The paper's abstract: on LLaMA3-70B, SparseGPT 2:4 degrades perplexity by 8.1 points.
     assert round(table.lookup("llama-3-70b", "2:4").degradation, 1) == 8.1
@@ -137,10 +164,13 @@ def test_the_abstracts_headline_matches_the_table(table):
     ("llama-3-8b", "2:4", "int4-g128", "with int4-g128 weights"),
     ("llama-3-8b", "2:4", "int8", "published: 2:4 fp16, dense fp16, dense int4-g128, "
      "dense int4-g64, dense int8, unstructured@50% fp16"),
-    ("llama-3-8b", "4:8", "fp16", "not estimated"),  # no 4:8 figure for a shipped model yet
+    ("llama-3-8b", "4:8", "fp16", "not estimated"),  # 4:8 is published for LLaMA-2 only
+    ("llama-2-7b", "1:4", "fp16", "published: 2:4 fp16, 4:8 fp16, dense fp16, "
+     "unstructured@50% fp16"),
     ("mistral-7b", "dense", "int4-g128", "no published wikitext2_ppl for mistral-7b"),
     ("qwen2.5-7b", "2:4", "fp16", "no published figures for qwen2.5-7b"),
-    ("mixtral-8x7b", "dense", "fp16", "models: llama-3-70b, llama-3-8b, mistral-7b"),
+    ("mixtral-8x7b", "dense", "fp16", "models: llama-2-13b, llama-2-70b, llama-2-7b, "
+     "llama-3-70b, llama-3-8b, mistral-7b"),
 ])
 def test_formats_without_a_figure_have_no_accuracy(table, model, pattern, weights, needle):
     hit = table.lookup(model, pattern, weights)

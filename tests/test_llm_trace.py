@@ -199,6 +199,9 @@ def test_tiny_moe():
 
 
 SHIPPED = {  # name: (layers, kv_heads, head_dim, window)
+    "llama-2-7b": (32, 32, 128, None),
+    "llama-2-13b": (40, 40, 128, None),
+    "llama-2-70b": (80, 8, 128, None),
     "llama-3-8b": (32, 8, 128, None),
     "llama-3-70b": (80, 8, 128, None),
     "mistral-7b": (32, 8, 128, 4096),
@@ -219,7 +222,8 @@ def test_shipped_configs_match_their_published_sizes(name):
         source = json.load(f)["_source"]
     assert source["url"].startswith("https://huggingface.co/")
     assert c.source == source["url"]
-    # The published checkpoint's size (safetensors index total_size / 2 bytes of bfloat16).
+    # The published checkpoint's size (safetensors index total_size / 2 bytes of bfloat16), or
+    # for LLaMA-2 transformers' count of the same configuration (test_llm_transformers.py).
     assert c.params == source["params"]
     layers, kv_heads, head_dim, window = SHIPPED[name]
     assert (c.num_layers, c.num_kv_heads, c.head_dim) == (layers, kv_heads, head_dim)
