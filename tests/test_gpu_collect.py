@@ -166,7 +166,8 @@ def test_dtype_part_prices_each_row_at_its_own_number_type(smoke, host_toml):
     # packing are CUDA only: refused rows, never timed
     assert set(zip(timed["implementation"], timed["dtype"], strict=True)) == {
         ("torch_linear", "fp16"), ("torch", "bf16"), ("torch_linear", "bf16"),
-        ("scaled_mm", "fp8"), ("int_mm", "int8"), ("int8_weight_only", "bf16"),
+        ("scaled_mm", "fp8"), ("int_mm", "int8"), ("int_mm_weight_first", "int8"),
+        ("int8_weight_only", "bf16"),
         ("int8_dequant_linear", "bf16")}
     refused = rows[rows["error"] != ""]
     assert set(refused["implementation"]) == {"cusparselt_linear", "cusparselt",

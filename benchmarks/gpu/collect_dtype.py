@@ -18,13 +18,20 @@ nm), each timed cold and warm; a library's refusal of a shape is recorded in ``e
 * bf16: ``cublas``, ``cublas_linear``, ``cusparselt``, ``cusparselt_linear``;
 * fp8 (e4m3, per-tensor scales, bf16 out): ``scaled_mm`` (``torch._scaled_mm(X^T, W^T)``,
   cuBLASLt) and ``cusparselt_fp8`` (``torch._cslt_sparse_mm`` of the compressed 2:4 weight);
-* int8 (int32 or int8 out): ``int_mm`` (``torch._int_mm(X^T, W^T)``) and ``cusparselt_int8``
-  (``torch.mm`` of the semi-structured int8 weight);
+* int8 (int32 or int8 out): ``int_mm`` (``torch._int_mm(X^T, W^T)``), ``int_mm_weight_first``
+  (``torch._int_mm(W, X)``: torch refuses a first operand of 16 rows or fewer, so at decode
+  widths only this order runs) and ``cusparselt_int8`` (``torch.mm`` of the semi-structured
+  int8 weight);
 * weight-only, bf16 activations: ``int4_tinygemm`` (``torch._weight_int4pack_mm``, group 128,
   the kernel gpt-fast and torchao's int4 weight-only path run), ``int8_weight_only``
   (``torch._weight_int8pack_mm``, one scale per output channel) and ``int8_dequant_linear``
   (``F.linear(X^T, W.to(bf16)) * s``, what an unfused stack runs). Their ``note`` names the
   weight dtype and group; their bound charges the narrow weights (``weight_dtype``).
+
+cuSPARSELt multiplies fp8 and int8 only with the dense operand column-major (its "TN"
+layout; torch's own tests expect "operation not supported" for a row-major int8 operand), so
+the 2:4 fp8 and int8 calls take ``X`` as the transposed view of a contiguous ``X^T``. The
+first collection passed a row-major ``X`` and every such call was refused.
 
 The operands' values are random (a seeded generator); the weights are pruned by the trainer's
 2:4 rule for the nm rows and quantised by a symmetric per-row (int8, fp8) or per-group (int4)
@@ -166,10 +173,8 @@ def run(item: Item, bench: Bench) -> dict[str, list[dict]]:
     # Activations quantised as the weights are: int8 per tensor, fp8 per tensor.
     sx8 = (x32.abs().amax().clamp_min(1e-8) / 127.0)
     xt8 = torch.round(xt32 / sx8).clamp(-127, 127).to(torch.int8)
-    x8 = xt8.t().contiguous()
     sxf = (x32.abs().amax().clamp_min(1e-8) / 448.0).float()
     xtf = _attempt(lambda: (xt32 / sxf).to(torch.float8_e4m3fn))
-    xf = _attempt(lambda: (x32 / sxf).to(torch.float8_e4m3fn))
 
     base = {"source": "benchmark", "why": f"collect dtype_gemm {s.group}: {s.layer}, N={s.n}",
             "op": s.layer, "kind": "linear", "m": s.m, "k": s.k, "n": s.n, "groups": 1,
@@ -203,15 +208,19 @@ def run(item: Item, bench: Bench) -> dict[str, list[dict]]:
          "torch._scaled_mm e4m3, per-tensor scales, bf16 out (cuBLASLt)", "", None,
          ("fp8", "xtf")),
         (dict(nm, dtype="fp8"), "cusparselt_fp8",
-         lambda: torch._cslt_sparse_mm(w["fp8_24"], xf, alpha=sxf * w["fp8_scale"],
+         lambda: torch._cslt_sparse_mm(w["fp8_24"], xtf.t(), alpha=sxf * w["fp8_scale"],
                                        out_dtype=torch.bfloat16), False, ref24,
-         "torch._cslt_sparse_mm e4m3 2:4, bf16 out (cuSPARSELt)", "", None, ("fp8_24", "xf")),
+         "torch._cslt_sparse_mm e4m3 2:4, X column-major, bf16 out (cuSPARSELt)", "", None,
+         ("fp8_24", "xtf")),
         (dict(dense, dtype="int8"), "int_mm",
          lambda: torch._int_mm(xt8, w["int8"].t()), True, ref / (sx8 * w["int8_scale"]),
          "torch._int_mm int8 -> int32 (cuBLASLt)", "unscaled int32 output", None, ()),
-        (dict(nm, dtype="int8"), "cusparselt_int8", lambda: torch.mm(w["int8_24"], x8), False,
-         ref24 / (sx8 * w["int8_scale"]),
-         "torch.mm(to_sparse_semi_structured) int8 -> int8 (cuSPARSELt)",
+        (dict(dense, dtype="int8"), "int_mm_weight_first",
+         lambda: torch._int_mm(w["int8"], xt8.t()), False, ref / (sx8 * w["int8_scale"]),
+         "torch._int_mm(W, X) int8 -> int32 (cuBLASLt)", "unscaled int32 output", None, ()),
+        (dict(nm, dtype="int8"), "cusparselt_int8",
+         lambda: torch.mm(w["int8_24"], xt8.t()), False, ref24 / (sx8 * w["int8_scale"]),
+         "torch.mm(to_sparse_semi_structured) int8, X column-major -> int8 (cuSPARSELt)",
          "int8 output saturates: rel_err is not a correctness check", None, ("int8_24",)),
         (dict(dense, dtype="bf16"), "int4_tinygemm",
          lambda: torch._weight_int4pack_mm(xtb, w["int4"][0], INT4_GROUP, w["int4"][1]), True,
@@ -227,7 +236,7 @@ def run(item: Item, bench: Bench) -> dict[str, list[dict]]:
          (w["int8"].float() * w["int8_scale"]) @ x32,
          "F.linear(X, W_int8.to(bf16)) * scale (eager)", int8_note, "int8", ()),
     ]
-    operands = dict(w, xf=xf, xtf=xtf)
+    operands = dict(w, xtf=xtf)
     rows: list[dict] = []
     ready = []
     for fields, name, fn, transposed, reference, call, note, weight_dtype, needs in cases:
