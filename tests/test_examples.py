@@ -1,4 +1,4 @@
-"""The example files the README uses exist and do what it says."""
+"""The example files the documentation uses exist and do what it says."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ def test_my_space_answers_its_question(tmp_path):
                                        study="example"))
     ranked = outcome.ranked
     assert len(ranked) > 0
-    # The least bandwidth that meets the target, as the README says: the top of the range.
+    # The least bandwidth that meets the target, as docs/how-to/target-search.md says: the top
+    # of the range.
     assert ranked["hw.dram_bandwidth_bytes_per_s"].min() == 3.2e12
 
 
