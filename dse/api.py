@@ -35,6 +35,7 @@ from .calibrate.expected import expected_designs, expected_layers, op_configs
 from .calibrate.predictor import DevicePredictors, load_predictors
 from .design_columns import (
     accelerators,
+    design_table,
     with_dtype_columns,
     with_energy_and_memory,
     with_language_model_columns,
@@ -192,6 +193,25 @@ def evaluation(
                                 numerics, backend)
         if language:  # which GEMMs the predictors never timed (issue 24)
             covered = coverage(expected, trace, device, numerics.dtype)
+    # Uncalibrated designs, labels as strings: every column at once, from arrays (the same
+    # table, bit for bit; None where its join by position may not hold).
+    table = (design_table(trace, accs, format_list, batch_list, fusions, scopes, numerics,
+                          language)
+             if not per_layer and expected is None and not categorical else None)
+    if table is None:
+        table = _assembled(trace, accs, format_list, batch_list, fusions, scopes, numerics,
+                           categorical, cache, per_layer, language, expected, covered)
+    return Evaluation(table=table, trace=trace, numerics=numerics, expected=expected,
+                      coverage=covered, predictors=device)
+
+
+def _assembled(trace: Trace, accs: list[Accelerator], format_list: list, batch_list: list,
+               fusions: list[str], scopes: list[str], numerics: Numerics, categorical: bool,
+               cache: str, per_layer: bool, language: bool, expected: pd.DataFrame | None,
+               covered: Coverage | None) -> pd.DataFrame:
+    """:func:`evaluation`'s table built from the frames, one set of columns after another:
+    per layer, calibrated, with categorical labels, and wherever
+    :func:`dse.design_columns.design_table` declines."""
     if per_layer:
         table = pd.concat([evaluate_layers_bound(trace, accs, format_list, batch_list,
                                                  fusion=f, scope=scopes[0], numerics=numerics,
@@ -211,9 +231,7 @@ def evaluation(
         if covered is not None:
             table = with_extrapolated_share(table, covered)
     # The number types every row was priced in, last, as every --out file names them.
-    table = with_dtype_columns(table, numerics, language)
-    return Evaluation(table=table, trace=trace, numerics=numerics, expected=expected,
-                      coverage=covered, predictors=device)
+    return with_dtype_columns(table, numerics, language)
 
 
 def _check_calibrated(scopes: list[str], backend: str, per_layer: bool) -> None:

@@ -52,9 +52,10 @@ from .layer_sums import DESIGN_KEYS, LayerRows, design_sums, layer_rows, with_co
 from .numerics import Numerics
 from .pricing import cache_read_elems, has_gemm_weights, weight_read_share, weight_sets
 
-__all__ = ["DESIGN_KEYS", "ENERGY_COLUMNS", "NO_ENERGY_FIGURES", "accelerator_table",
-           "designs_with_layers", "energy_columns", "energy_frame", "evaluate_energy",
-           "evaluate_layer_frames", "has_energy_figures", "op_traffic", "traffic_columns"]
+__all__ = ["DESIGN_KEYS", "ENERGY_COLUMNS", "NO_ENERGY_FIGURES", "TRAFFIC_SUMS",
+           "accelerator_table", "designs_with_layers", "energy_columns", "energy_frame",
+           "energy_from_sums", "evaluate_energy", "evaluate_layer_frames", "has_energy_figures",
+           "op_figures", "op_traffic", "traffic_arrays", "traffic_columns"]
 
 #: Columns :func:`energy_frame` adds, in order.
 ENERGY_COLUMNS = (
@@ -94,7 +95,7 @@ def op_traffic(layers: pd.DataFrame, trace: Trace, numerics: Numerics) -> pd.Dat
 
 
 @lru_cache(maxsize=64)
-def _op_figures(trace: Trace) -> dict[str, np.ndarray]:
+def op_figures(trace: Trace) -> dict[str, np.ndarray]:
     """Per op of ``trace`` (read-only, read once per trace), what :func:`traffic_columns` reads:
     the GEMM shape, the weights, the layer's density, the features, the vector work and the
     KV-cache reads."""
@@ -130,8 +131,33 @@ quantised weights count as values),
         missing = layers["op"].astype(str)[j < 0].iloc[0]
         raise ValueError(f"op {missing!r} is not in trace {trace.model!r}; pass the trace the "
                          "layers were evaluated on")
-    per_op = _op_figures(trace)
-    batch = layers["batch"].to_numpy(dtype=np.float64)
+    # Stored nonzeros where the op runs the format's values (own kernel or the CSR fallback of
+    # the same nonzeros); dense storage where it stays dense (shape or dense hw fallback).
+    names = layers["format"].astype(str).to_numpy(dtype=object)
+    own = ~np.isin(layers["fallback"].astype(str).to_numpy(dtype=object), ["shape", "hw:dense"])
+    formats = []
+    for name in pd.unique(names):
+        fmt = parse_format(name)
+        if not isinstance(fmt, Dense):
+            formats.append((fmt, (names == name) & own))
+    unit = layers["unit"].astype(str).to_numpy(dtype=object)
+    return traffic_arrays(trace, numerics, j, layers["batch"].to_numpy(dtype=np.float64),
+                          formats, unit == "tensor", unit == "sparse_tensor", unit == "vector",
+                          layers["flops"].to_numpy(dtype=np.float64),
+                          layers["weight_bytes"].to_numpy(dtype=np.float64),
+                          layers["dram_bytes"].to_numpy(dtype=np.float64))
+
+
+def traffic_arrays(trace: Trace, numerics: Numerics, j: np.ndarray, batch: np.ndarray,
+                   formats: Sequence[tuple[Format, np.ndarray]], tensor: np.ndarray,
+                   sparse_tensor: np.ndarray, vector: np.ndarray, flops: np.ndarray,
+                   weight_bytes: np.ndarray, dram_bytes: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`traffic_columns` of layer rows given as arrays: per row, ``j`` its op's position
+    in ``trace.ops``, ``batch`` (float64), ``tensor``, ``sparse_tensor``, ``vector`` whether
+    its unit is that one, and its ``flops``, ``weight_bytes`` and ``dram_bytes``; ``formats``:
+    per sparse format among the rows, the rows that run its values (those of the format whose
+    fallback is neither ``shape`` nor ``hw:dense``)."""
+    per_op = op_figures(trace)
     vb = float(numerics.value_bytes)
     wb = float(numerics.weight_value_bytes)
     m, k, g = (per_op[c][j] for c in ("m", "k", "groups"))
@@ -140,59 +166,50 @@ quantised weights count as values),
     weight_elems = per_op["weight_elems"][j]
     layer_density = per_op["density"][j]
     prunable = per_op["prunable"][j]
-    weight_bytes = layers["weight_bytes"].to_numpy(dtype=np.float64)
-    # Stored nonzeros where the op runs the format's values (own kernel or the CSR fallback of
-    # the same nonzeros); dense storage where it stays dense (shape or dense hw fallback).
-    names = layers["format"].astype(str).to_numpy(dtype=object)
-    fallback = layers["fallback"].astype(str).to_numpy(dtype=object)
     values = weight_bytes.copy()
     # The share of the stored weights a step reads (below 1 for an MoE's untouched experts).
     share = weight_read_share(trace, j, batch)
     share = 1.0 if share is None else share
-    for name in pd.unique(names):
-        fmt = parse_format(name)
-        if isinstance(fmt, Dense):
-            continue
-        rows = (names == name) & prunable & ~np.isin(fallback, ["shape", "hw:dense"])
+    for fmt, own in formats:
+        rows = own & prunable
         density = np.full(len(rows), fmt.density)
         if fmt.takes_layer_density:
             density = np.where(np.isnan(layer_density), density, layer_density)
         stored = vb * (weight_elems - gw * m * k) + wb * gw * fmt.nnz(m, k, density) + scales
         values = np.where(rows, stored * share, values)
-    unit = layers["unit"].astype(str).to_numpy(dtype=object)
-    flops = layers["flops"].to_numpy(dtype=np.float64)
     features = per_op["input_elems"][j] + per_op["output_elems"][j]
     # KV-cache reads (a language model's decode) are stored at the KV dtype.
     cached = per_op["cache_read"][j]
     return {
-        "tensor_flops": np.where(unit == "tensor", flops, 0.0),
-        "sparse_tensor_flops": np.where(unit == "sparse_tensor", flops, 0.0),
-        "csr_flops": np.where(unit == "vector", flops, 0.0),
+        "tensor_flops": np.where(tensor, flops, 0.0),
+        "sparse_tensor_flops": np.where(sparse_tensor, flops, 0.0),
+        "csr_flops": np.where(vector, flops, 0.0),
         "elementwise_flops": per_op["vector_flops"][j] * batch,
         "value_bytes": values,
         # Index = what the storage holds beyond its values; rounding can leave -1e-9 for dense.
         "index_bytes": np.maximum(weight_bytes - values, 0.0),
-        "feature_dram_bytes": layers["dram_bytes"].to_numpy(dtype=np.float64) - weight_bytes,
+        "feature_dram_bytes": dram_bytes - weight_bytes,
         "feature_onchip_bytes": (vb * features + (numerics.kv_value_bytes - vb) * cached) * batch,
     }
 
 
-_SUMS = ("tensor_flops", "sparse_tensor_flops", "csr_flops", "elementwise_flops", "value_bytes",
-         "index_bytes", "feature_dram_bytes", "feature_onchip_bytes")
+#: The per-op traffic each design's energy sums, in :func:`energy_columns`' order.
+TRAFFIC_SUMS = ("tensor_flops", "sparse_tensor_flops", "csr_flops", "elementwise_flops",
+                "value_bytes", "index_bytes", "feature_dram_bytes", "feature_onchip_bytes")
 
 
 def _design_sums(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace,
                  numerics: Numerics, rows: LayerRows) -> dict[str, np.ndarray]:
-    """Per row of ``designs``: the op sums of :data:`_SUMS` over its layers."""
+    """Per row of ``designs``: the op sums of :data:`TRAFFIC_SUMS` over its layers."""
     traffic = traffic_columns(layers, trace, numerics, rows.op)
-    sums = design_sums(np.column_stack([traffic[c] for c in _SUMS]), rows)
+    sums = design_sums(np.column_stack([traffic[c] for c in TRAFFIC_SUMS]), rows)
     missing = np.flatnonzero(np.isnan(sums).any(axis=1))
     if len(missing):
         row = designs.iloc[missing[0]]
         raise ValueError("no layers for design "
                          + ", ".join(f"{k}={row[k]}" for k in DESIGN_KEYS)
                          + "; evaluate the layers of every design (evaluate_layer_frames)")
-    return {c: sums[:, i] for i, c in enumerate(_SUMS)}
+    return {c: sums[:, i] for i, c in enumerate(TRAFFIC_SUMS)}
 
 
 def _figure(acc: Accelerator, path: str, work: np.ndarray, gaps: np.ndarray, rows: np.ndarray,
@@ -239,7 +256,18 @@ def energy_columns(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace,
     """:data:`ENERGY_COLUMNS` of :func:`energy_frame`, by name, per row of ``designs``;
     ``accs``: :func:`accelerator_table`; ``rows``: ``layer_rows(designs, layers, trace)``."""
     s = _design_sums(designs, layers, trace, numerics, rows)
-    n = len(designs)
+    return energy_from_sums(s, designs["hardware"].astype(str).to_numpy(dtype=object),
+                            designs["latency_s"].to_numpy(dtype=np.float64),
+                            designs["batch"].to_numpy(dtype=np.float64), accs, numerics)
+
+
+def energy_from_sums(s: dict[str, np.ndarray], hw_names: np.ndarray, latency: np.ndarray,
+                     batch: np.ndarray, accs: dict[str, Accelerator],
+                     numerics: Numerics) -> dict[str, np.ndarray]:
+    """:func:`energy_columns` from each design's op sums ``s`` (by name, as
+    :func:`traffic_columns` names them), its hardware's name, ``latency_s`` and batch
+    (float64)."""
+    n = len(hw_names)
     cols = {c: np.zeros(n) for c in ("e_tensor", "e_sparse", "e_csr", "e_vector", "dram",
                                     "onchip", "static", "board")}
     gaps = np.empty(n, dtype=object)
@@ -248,9 +276,8 @@ def energy_columns(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace,
     unknown = np.zeros(n, dtype=bool)  # rows on a spec with no energy figure at all
     traffic = s["value_bytes"] + s["index_bytes"] + s["feature_onchip_bytes"]
     always = np.ones(n)
-    hw_names = designs["hardware"].astype(str).to_numpy(dtype=object)
     dt, cd, vd = numerics.dtype, numerics.csr_dtype, numerics.vector_dtype
-    for name in pd.unique(hw_names):
+    for name in dict.fromkeys(hw_names.tolist()):
         if name not in accs:
             raise ValueError(f"designs name hardware {name!r}, which is not among the "
                              "accelerators given; pass every accelerator evaluated")
@@ -290,7 +317,6 @@ def energy_columns(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace,
     onchip = PJ * cols["onchip"] * (s["value_bytes"] + s["index_bytes"]
                                     + s["feature_onchip_bytes"])
     dynamic = tensor + sparse + vector + weights + index + features
-    latency = designs["latency_s"].to_numpy(dtype=np.float64)
     headroom = cols["board"] - cols["static"]
     with np.errstate(invalid="ignore"):
         capped_at = np.where(np.isnan(headroom), 0.0, dynamic / headroom)
@@ -298,7 +324,6 @@ def energy_columns(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace,
     capped_latency = np.where(capped, capped_at, latency)
     static = cols["static"] * capped_latency
     energy = dynamic + static
-    batch = designs["batch"].to_numpy(dtype=np.float64)
     new = {
         "energy_j": energy,
         "energy_per_inference_j": energy / batch,

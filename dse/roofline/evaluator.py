@@ -49,7 +49,8 @@ from .pricing import (
 
 __all__ = ["DEFAULT_NUMERICS", "FUSIONS", "SCOPES", "Designs", "EvaluationError", "Problem",
            "all_rows_read", "evaluate", "evaluate_designs", "evaluate_layers", "fusion_latency",
-           "fusion_models", "label_column", "Peaks", "peaks", "pick_fallback", "prepare"]
+           "fusion_models", "label_column", "LayerArrays", "layer_arrays", "parsed_format",
+           "Peaks", "peaks", "pick_fallback", "prepare"]
 
 FUSIONS = ("unfused", "fused", "fused_prefetched")
 DEFAULT_NUMERICS = Numerics()  # frozen, so one shared default is safe
@@ -244,15 +245,16 @@ class _Capabilities:
 
 
 @lru_cache(maxsize=1024)
-def _parse_name(spec: str) -> Format:
-    # Formats are frozen values: one parse per name and process (a refused name is not cached).
+def parsed_format(spec: str) -> Format:
+    """``formats.parse(spec)``, once per name and process (formats are frozen values; a
+    refused name is not cached)."""
     return parse_format(spec)
 
 
 @lru_cache(maxsize=1024)
 def _stacked_name(spec: str) -> tuple[Format, ...]:
     # One format by name, as prepare stacks it: the common call of a design priced in a loop.
-    return stack_formats([_parse_name(spec)])
+    return stack_formats([parsed_format(spec)])
 
 
 def prepare(trace, hardware, formats, batches, numerics) -> Problem:
@@ -264,7 +266,7 @@ def prepare(trace, hardware, formats, batches, numerics) -> Problem:
     accelerators = tuple(h if isinstance(h, Accelerator) else accelerator_models.load(h)
                          for h in _as_list(hardware, "hardware"))
     fmts = (_stacked_name(formats) if isinstance(formats, str) else
-            stack_formats([_parse_name(f) if isinstance(f, str) else parse_format(f)
+            stack_formats([parsed_format(f) if isinstance(f, str) else parse_format(f)
                            for f in _as_list(formats, "format")]))
     batch_list = _as_list(batches, "batch size")
     for b in batch_list:
@@ -632,6 +634,74 @@ def evaluate_layers(
     problem = prepare(trace, hardware, formats, batches, numerics)
     for acc in problem.accelerators:  # a warm bound needs cache levels: refused before work
         memory_pieces(acc, cache)
+    rows = layer_arrays(problem, fusion, scope, cache)
+    h, f, op = rows.h, rows.f, rows.op
+    p = problem.pricing
+    names = problem.trace.ops["name"].to_numpy(dtype=object)
+    kinds = problem.trace.ops["kind"].to_numpy(dtype=object)
+    hw_label = np.where(rows.kernel == KERNEL_CSR, "hw:csr", "hw:dense")
+    why = np.where(p.shape_fallback[f, op], "shape",
+                   np.where(p.needs_support[f, op] & rows.falls_back, hw_label, ""))
+    # The unit that does the op's GEMM; ops without one (norms, softmax) use the vector cores.
+    unit_names = np.where(rows.sparse_unit, "sparse_tensor",
+                          np.where(rows.tensor_work, "tensor", "vector"))
+    compute, memory = rows.compute_s, rows.memory_s
+    return pd.DataFrame({
+        "model": problem.trace.model,
+        "hardware": np.array([a.name for a in problem.accelerators], dtype=object)[h],
+        "format": np.array([x.name for x in problem.formats], dtype=object)[f],
+        "batch": rows.batch,
+        "fusion": fusion,
+        "scope": scope,
+        "op": names[op],
+        "kind": kinds[op],
+        "unit": unit_names,
+        "fallback": why,
+        "compute_s": compute,
+        "memory_s": memory,
+        "time_s": np.maximum(compute, memory),
+        "bound": np.where(memory > compute, "memory", "compute"),
+        "flops": rows.flops,
+        "weight_bytes": rows.weight_bytes,
+        "dram_bytes": rows.dram_bytes,
+        "cache": cache,
+    })
+
+
+@dataclass(frozen=True, eq=False)
+class LayerArrays:
+    """:func:`evaluate_layers`' rows as arrays, before its DataFrame: one row per (design,
+    op), designs in kernel order (:meth:`Problem.design_index`), each design's ops together
+    in the trace's order. ``h``, ``f``: the row's hardware and format (indices into
+    ``problem.accelerators`` and ``problem.formats``); ``design``: its design's number;
+    ``op``: its op's position in ``trace.ops``; ``kernel``: the kernel the design runs
+    (``KERNEL_*``); ``falls_back``: whether its hardware cannot run its format; ``sparse_unit``
+    and ``tensor_work``: the op's GEMM FLOPs on the sparse tensor core, and on the tensor
+    cores (the unit is ``sparse_tensor`` where the first holds, else ``tensor`` where the
+    second does, else ``vector``); then the columns of :func:`evaluate_layers` of the same
+    names (``batch`` as int64)."""
+
+    h: np.ndarray
+    f: np.ndarray
+    design: np.ndarray
+    op: np.ndarray
+    kernel: np.ndarray
+    falls_back: np.ndarray
+    sparse_unit: np.ndarray
+    tensor_work: np.ndarray
+    batch: np.ndarray
+    compute_s: np.ndarray
+    memory_s: np.ndarray
+    flops: np.ndarray
+    weight_bytes: np.ndarray
+    dram_bytes: np.ndarray
+
+
+def layer_arrays(problem: Problem, fusion: str, scope: str, cache: str = "cold") -> LayerArrays:
+    """:func:`evaluate_layers`' numbers for ``problem`` (:func:`prepare`) under one fusion
+    model and scope, as arrays (:class:`LayerArrays`): what its DataFrame is made of, and what
+    the energy and memory columns of ``dse.evaluate`` sum per design without it. ``fusion``,
+    ``scope`` and ``cache`` already checked."""
     a = problem.arrays(scope)
     ops = a.ops
     h, f, b = problem.design_index()
@@ -662,38 +732,17 @@ def evaluate_layers(
     d = np.repeat(np.arange(n_designs), n_ops)
     h, f, b = h[d], f[d], b[d]
     op = np.tile(ops, n_designs)
-    p = problem.pricing
-    names = problem.trace.ops["name"].to_numpy(dtype=object)
-    kinds = problem.trace.ops["kind"].to_numpy(dtype=object)
-    hw_label = np.where(kernels[d] == KERNEL_CSR, "hw:csr", "hw:dense")
-    why = np.where(p.shape_fallback[f, op], "shape",
-                   np.where(p.needs_support[f, op] & falls_back[d], hw_label, ""))
-    # The unit that does the op's GEMM; ops without one (norms, softmax) use the vector cores.
     k, j = kernels[d], np.tile(np.arange(n_ops), n_designs)
-    unit_names = np.where(a.sparse_flops[k, f, j] > 0, "sparse_tensor",
-                          np.where(a.tensor_flops[k, f, j] > 0, "tensor", "vector"))
-    dram_bytes = wb.ravel() + features[k, f, j] * problem.batches[b]
+    sparse_unit = a.sparse_flops[k, f, j] > 0
+    tensor_work = a.tensor_flops[k, f, j] > 0
+    wb = wb.ravel()
+    dram_bytes = wb + features[k, f, j] * problem.batches[b]
     if cache == "warm":  # the kernels priced the DRAM bound; each hardware's caches instead
         for i, acc in enumerate(problem.accelerators):
             rows = h == i
             memory[rows] = memory_time(dram_bytes[rows], acc, "warm")
-    return pd.DataFrame({
-        "model": problem.trace.model,
-        "hardware": np.array([a.name for a in problem.accelerators], dtype=object)[h],
-        "format": np.array([x.name for x in problem.formats], dtype=object)[f],
-        "batch": problem.batches[b].astype(np.int64),
-        "fusion": fusion,
-        "scope": scope,
-        "op": names[op],
-        "kind": kinds[op],
-        "unit": unit_names,
-        "fallback": why,
-        "compute_s": compute,
-        "memory_s": memory,
-        "time_s": np.maximum(compute, memory),
-        "bound": np.where(memory > compute, "memory", "compute"),
-        "flops": fl.ravel(),
-        "weight_bytes": wb.ravel(),
-        "dram_bytes": dram_bytes,
-        "cache": cache,
-    })
+    return LayerArrays(h=h, f=f, design=d, op=op, kernel=k, falls_back=falls_back[d],
+                       sparse_unit=sparse_unit, tensor_work=tensor_work,
+                       batch=problem.batches[b].astype(np.int64), compute_s=compute,
+                       memory_s=memory, flops=fl.ravel(), weight_bytes=wb,
+                       dram_bytes=dram_bytes)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from workloads import Trace
 
-__all__ = ["DESIGN_KEYS", "LayerRows", "design_sums", "layer_rows", "with_columns"]
+__all__ = ["DESIGN_KEYS", "LayerRows", "design_sums", "group_sums", "layer_rows", "with_columns"]
 
 #: The columns that name one design in ``evaluate`` and ``evaluate_layers`` frames.
 DESIGN_KEYS = ("hardware", "format", "batch", "fusion", "scope")
@@ -81,9 +81,10 @@ def _op_positions(op: pd.Series, trace: Trace) -> np.ndarray:
 def design_sums(values: np.ndarray, rows: LayerRows,
                 keep: np.ndarray | None = None) -> np.ndarray:
     """``(designs, columns)``: per design row, the sums of the rows of ``values`` (``(layer rows,
-    columns)``) that belong to it, as pandas' ``groupby(sort=False).sum()`` makes them
-    (compensated, NaN skipped); NaN where the design has no layer row. ``keep``: the layer rows
-    to sum (default: all)."""
+    columns)``) that belong to it, as pandas' ``groupby(sort=False).sum()`` makes them (NaN
+    skipped; pandas 3.1 sums contiguous groups without NaN by ``np.add.reduceat``, the others
+    compensated: see :func:`group_sums`); NaN where the design has no layer row. ``keep``: the
+    layer rows to sum (default: all)."""
     codes = rows.of_layers
     keep = codes >= 0 if keep is None else keep & (codes >= 0)
     if not keep.all():
@@ -93,6 +94,89 @@ def design_sums(values: np.ndarray, rows: LayerRows,
         sums = pd.DataFrame(values, copy=False).groupby(codes, sort=False).sum()
         out[sums.index.to_numpy(dtype=np.int64)] = sums.to_numpy(dtype=np.float64)
     return out[rows.of_designs]
+
+
+def group_sums(values: np.ndarray, labels: np.ndarray, count: int) -> np.ndarray:
+    """``(count, columns)``: per group number in ``range(count)``, the sums of the rows of
+    ``values`` (``(rows, columns)``, float64) labelled with it, bit for bit those of pandas'
+    ``DataFrame(values[kept]).groupby(labels[kept], sort=False).sum()`` (what
+    :func:`design_sums` takes), 0 where a group has no row; rows labelled -1 are left out.
+
+    Without the DataFrame and its grouper: the installed pandas (3.x) sums each group with
+    ``np.add.reduceat`` where the groups' rows are contiguous and no value is NaN, else with
+    its compensated (Kahan) loop, skipping NaN; both are called here as pandas calls them, on
+    the same memory layout. Where the pandas installed is not the one this was checked
+    against (:func:`_summing_checked`), through ``groupby`` itself."""
+    labels = np.asarray(labels, dtype=np.intp)
+    kept = labels >= 0
+    if not kept.all():
+        values, labels = values[kept], labels[kept]
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    if not _summing_checked():
+        return _pandas_group_sums(values, labels, count)
+    return _group_sums(values, labels, count)
+
+
+def _group_sums(values: np.ndarray, labels: np.ndarray, count: int) -> np.ndarray:
+    """:func:`group_sums` of kept rows (C-contiguous ``values``, ``labels`` >= 0), as pandas
+    3.1's ``BaseGrouper._cython_operation`` sums them."""
+    out = np.zeros((count, values.shape[1]))
+    if not len(labels):
+        return out
+    starts = np.flatnonzero(labels[1:] != labels[:-1]) + 1
+    starts = np.concatenate([np.zeros(1, dtype=starts.dtype), starts])
+    segments = labels[starts]
+    if len(set(segments.tolist())) == len(segments) and not np.isnan(values).any():
+        # Contiguous groups (the grouper's ids monotonic), no NaN: pandas' reduceat, along
+        # the rows of the block a DataFrame of ``values`` holds (its transpose, a view).
+        out[segments] = np.add.reduceat(values.T, starts, axis=1).T
+        return out
+    from pandas._libs.groupby import group_sum
+
+    group_sum(out=out, counts=np.zeros(count, dtype=np.int64), values=values, labels=labels,
+              mask=None, result_mask=None, min_count=0, is_datetimelike=False, initial=0,
+              skipna=True)
+    return out
+
+
+def _pandas_group_sums(values: np.ndarray, labels: np.ndarray, count: int) -> np.ndarray:
+    """:func:`group_sums` of kept rows through ``DataFrame.groupby``."""
+    out = np.zeros((count, values.shape[1]))
+    if len(labels):
+        sums = pd.DataFrame(values, copy=False).groupby(labels, sort=False).sum()
+        out[sums.index.to_numpy(dtype=np.int64)] = sums.to_numpy(dtype=np.float64)
+    return out
+
+
+_CHECKED: list[bool] = []  # [whether _group_sums gives groupby's bits], filled on first use
+
+
+def _summing_checked() -> bool:
+    """Whether :func:`_group_sums` gives the bits of ``DataFrame.groupby(sort=False).sum()``
+    in the pandas installed, on probes whose reduceat, compensated and plain sums all differ:
+    contiguous groups with and without a NaN (long enough for numpy's pairwise blocks),
+    interleaved groups, infinities. Checked once per process; any difference or error, and
+    :func:`group_sums` goes through ``groupby``."""
+    if not _CHECKED:
+        ok = True
+        rng = np.random.default_rng(20261126)
+        base = rng.standard_normal((600, 3)) * 10.0 ** rng.integers(-3, 17, (600, 3))
+        contiguous = np.repeat(np.arange(4), [7, 300, 1, 292])
+        probes = [(base, contiguous), (base, rng.permutation(contiguous)),
+                  (base[:, :1], contiguous)]
+        nan = base.copy()
+        nan[5, 1], nan[400, 0], nan[401, 2], nan[402, 2] = np.nan, np.inf, np.inf, -np.inf
+        probes += [(nan, contiguous), (nan[:, :1], contiguous)]
+        try:
+            for values, labels in probes:
+                values = np.ascontiguousarray(values)
+                mine = _group_sums(values, labels.astype(np.intp), 5)
+                theirs = _pandas_group_sums(values, labels, 5)
+                ok = ok and mine.tobytes() == theirs.tobytes()
+        except Exception:  # another pandas: its groupby serves
+            ok = False
+        _CHECKED.append(ok)
+    return _CHECKED[0]
 
 
 def with_columns(frame: pd.DataFrame, columns: dict[str, object]) -> pd.DataFrame:

@@ -55,7 +55,8 @@ from .pricing import (
 )
 
 __all__ = ["MEMORY_COLUMNS", "ActivationPeak", "activation_peak", "evaluate_memory",
-           "memory_columns", "memory_frame", "unread_weight_bytes"]
+           "fixed_weight_bytes", "memory_columns", "memory_frame", "memory_from_stored",
+           "unread_weight_bytes"]
 
 #: Columns :func:`memory_frame` adds, in order.
 MEMORY_COLUMNS = ("weight_storage_bytes", "activation_peak_bytes", "onchip_peak_bytes",
@@ -131,10 +132,8 @@ def memory_columns(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace,
     """:data:`MEMORY_COLUMNS` of :func:`memory_frame`, by name, per row of ``designs``;
     ``accs``: ``accelerator_table(hardware)``; ``rows``: ``layer_rows(designs, layers,
     trace)``."""
-    ops = trace.ops
-    vb = float(numerics.value_bytes)
-    is_prunable = ops["prunable"].to_numpy(dtype=bool)
-    fixed = float(weight_bytes_dense(trace, numerics)[~is_prunable].sum())
+    is_prunable = trace.ops["prunable"].to_numpy(dtype=bool)
+    fixed = fixed_weight_bytes(trace, numerics)
     in_trace = rows.op >= 0
     prunable = np.zeros(len(layers), dtype=bool)
     prunable[in_trace] = is_prunable[rows.op[in_trace]]
@@ -149,15 +148,35 @@ def memory_columns(designs: pd.DataFrame, layers: pd.DataFrame, trace: Trace,
     if is_prunable.any() and np.isnan(stored).any():
         raise ValueError("layers lack some design; evaluate the layers of every design "
                          "(dse.roofline.energy.evaluate_layer_frames)")
+    return memory_from_stored(fixed, stored, designs["batch"].to_numpy(dtype=np.float64),
+                              designs["fusion"].astype(str).to_numpy(dtype=object),
+                              designs["hardware"].astype(str).to_numpy(dtype=object), trace,
+                              accs, numerics)
+
+
+@lru_cache(maxsize=256)
+def fixed_weight_bytes(trace: Trace, numerics: Numerics) -> float:
+    """The bytes of the weights no format prunes (biases, norms, embeddings), stored dense:
+    the part of every design's ``weight_storage_bytes`` that :func:`memory_columns` does not
+    sum from its layer rows. Once per trace (read-only, keyed by identity as the pricing's
+    caches are) and numerics (frozen)."""
+    is_prunable = trace.ops["prunable"].to_numpy(dtype=bool)
+    return float(weight_bytes_dense(trace, numerics)[~is_prunable].sum())
+
+
+def memory_from_stored(fixed: float, stored: np.ndarray, batch: np.ndarray, fusions: np.ndarray,
+                       names: np.ndarray, trace: Trace, accs: dict[str, Accelerator],
+                       numerics: Numerics) -> dict[str, object]:
+    """:func:`memory_columns` from each design's sum of its prunable layer rows' stored weight
+    bytes (``stored``; NaN where it has none), ``fixed`` (:func:`fixed_weight_bytes`), and its
+    batch (float64), fusion model and hardware's name."""
+    vb = float(numerics.value_bytes)
     weights = fixed + np.where(np.isnan(stored), 0.0, stored)  # no prunable op: none
-    batch = designs["batch"].to_numpy(dtype=np.float64)
-    fusions = designs["fusion"].astype(str).to_numpy(dtype=object)
     per_sample = np.array([activation_peak(trace, f).dram_elems for f in fusions]) * vb
     onchip = np.array([activation_peak(trace, f).onchip_elems for f in fusions]) * vb * batch
     activations = per_sample * batch
     peak = weights + activations
-    names = designs["hardware"].astype(str).to_numpy(dtype=object)
-    for name in pd.unique(names):
+    for name in dict.fromkeys(names.tolist()):
         if name not in accs:
             raise ValueError(f"designs name hardware {name!r}, which is not among the "
                              "accelerators given; pass every accelerator evaluated")

@@ -150,12 +150,20 @@ def with_dtype_columns(table: pd.DataFrame, numerics: Numerics | None = None,
     (``language``: one flag, or one per row), ``kv_dtype`` (empty on the other rows; absent
     where no row has a KV cache). ``numerics``: default :class:`Numerics`'s defaults."""
     numerics = Numerics() if numerics is None else numerics
-    out = table.assign(dtype=numerics.dtype, vector_dtype=numerics.vector_dtype,
-                       csr_dtype=numerics.csr_dtype, index_bytes=numerics.index_width_bytes,
-                       weight_dtype=numerics.weight_label)
-    rows = [language] * len(out) if isinstance(language, bool) else list(language)
-    if any(rows):
+    values: dict[str, object] = {
+        "dtype": numerics.dtype, "vector_dtype": numerics.vector_dtype,
+        "csr_dtype": numerics.csr_dtype, "index_bytes": numerics.index_width_bytes,
+        "weight_dtype": numerics.weight_label}
+    if isinstance(language, bool):
+        if language and len(table):
+            values["kv_dtype"] = [numerics.kv_dtype or numerics.dtype] * len(table)
+    elif any(rows := list(language)):
         kv = numerics.kv_dtype or numerics.dtype
-        out["kv_dtype"] = [kv if r else None for r in rows]
-    last = [c for c in DTYPE_COLUMNS if c in out]  # together, at the end
-    return out[[c for c in out if c not in last] + last]
+        values["kv_dtype"] = [kv if r else None for r in rows]
+    # Together, at the end, in DTYPE_COLUMNS' order: the table's own columns of those names
+    # (a kv_dtype no row here sets) move there; one concatenation, no insertion each.
+    last = [c for c in DTYPE_COLUMNS if c in values or c in table.columns]
+    moved = [c for c in last if c in table.columns]
+    added = {c: values[c] if c in values else table[c].array for c in last}
+    front = table.drop(columns=moved) if moved else table
+    return pd.concat([front, pd.DataFrame(added, index=table.index)], axis=1)
