@@ -248,7 +248,7 @@ def test_design_cost_benchmark_runs(tmp_path, capsys):
     assert rows["llama-3-8b.decode.2048"]["ops"] == 32 * 17 + 3  # 547
     assert rows["vit_base_patch16_224"]["ops"] == 209
     assert {r["language_model"] for r in doc["rows"]} == {True, False}
-    assert set(doc["targets"]) == {"designs", "evaluate", "columns"}
+    assert set(doc["targets"]) == {"designs", "evaluate", "table"}
     assert "dearest LLM design" in capsys.readouterr().out
 
 

@@ -13,15 +13,15 @@ configurations) and one design (H100 SXM, 2:4, unfused, every op in scope), time
 * ``designs``: ``dse.evaluate_designs`` (the search path's totals, no DataFrame);
 * ``evaluate``: ``dse.roofline.evaluate`` (the bound's DataFrame of one design, dense
   included);
-* ``columns``: what ``dse.evaluate`` and ``dse evaluate`` add to it: energy, power and memory
-  (``with_energy_and_memory``) and, for a language model, its columns (tokens/s, KV cache,
-  memory fit: ``with_language_model_columns``).
+* ``table``: ``dse.evaluate``, the whole table ``dse evaluate --out`` writes: the bound with
+  energy, power and memory and, for a language model, its columns (tokens/s, KV cache, memory
+  fit).
 
 The figure is the median over the timed calls, in microseconds, per design (and per op of
 the trace, in brackets: a language-model step has more ops than a timm model, LLaMA-3-8B
 decode 547 and LLaMA-3-70B 1,363 against ViT-B's 209). The issue's "evaluating one LLM design
 costs about what one timm design costs" is checked per design: with ``--strict`` the exit
-status is 2 when the dearest LLM design's ``designs``, ``evaluate`` or ``columns`` is above
+status is 2 when the dearest LLM design's ``designs``, ``evaluate`` or ``table`` is above
 :data:`TARGET_RATIO` times the dearest timm design's. ``build`` happens once per trace, not per
 design (a search or sweep builds each step once), and is reported, not checked.
 """
@@ -37,7 +37,6 @@ from collections.abc import Callable
 import accelerator_models
 import dse
 from benchmarks.evaluator_throughput import environment, parse_benchmark_args
-from dse.design_columns import with_energy_and_memory, with_language_model_columns
 from dse.measure.host import cpu_clock, other_cores, wait_idle
 from workloads import Trace
 from workloads.llm import llm_trace, load_llm_config
@@ -75,19 +74,15 @@ def measure(label: str, build: Callable[[], Trace], batch: int, acc, repeats: in
     def evaluate():
         return dse.roofline.evaluate(trace, acc, FORMAT, batch, fusion="unfused", scope="all")
 
-    table = evaluate()
-
-    def columns():
-        out = with_energy_and_memory(table, trace, [acc], ["dense", FORMAT], [batch],
-                                     ["unfused"], "all")
-        return with_language_model_columns(out, trace) if language else out
+    def table():
+        return dse.evaluate(trace, acc, FORMAT, batch, fusion="unfused", scope="all")
 
     row = {"trace": label, "language_model": language, "ops": len(trace), "batch": batch,
            "build_us": median_us(build, max(3, repeats // 3)),
            "designs_us": median_us(designs, repeats),
            "evaluate_us": median_us(evaluate, repeats),
-           "columns_us": median_us(columns, repeats)}
-    for key in ("build", "designs", "evaluate", "columns"):
+           "table_us": median_us(table, repeats)}
+    for key in ("build", "designs", "evaluate", "table"):
         row[f"{key}_us_per_op"] = row[f"{key}_us"] / row["ops"]
     row["other_processes_cores"] = other_cores(clock)
     return row
@@ -97,15 +92,15 @@ def report(rows: list[dict]) -> tuple[str, dict]:
     lines = [f"one design ({FORMAT} on {HW}, unfused, scope all), median us (per op in "
              "brackets):",
              f"{'trace':<28} {'ops':>5} {'build':>16} {'designs':>16} {'evaluate':>16} "
-             f"{'columns':>16}"]
+             f"{'table':>16}"]
     for r in rows:
         cells = " ".join(f"{r[f'{k}_us']:>8,.0f} ({r[f'{k}_us_per_op']:>4.1f})"
-                         for k in ("build", "designs", "evaluate", "columns"))
+                         for k in ("build", "designs", "evaluate", "table"))
         lines.append(f"{r['trace']:<28} {r['ops']:>5} {cells}")
     timm = [r for r in rows if not r["language_model"]]
     llm = [r for r in rows if r["language_model"]]
     targets = {}
-    for key in ("designs", "evaluate", "columns"):
+    for key in ("designs", "evaluate", "table"):
         worst_timm = max(r[f"{key}_us"] for r in timm)
         worst_llm = max(r[f"{key}_us"] for r in llm)
         ratio = worst_llm / worst_timm
