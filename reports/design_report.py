@@ -19,7 +19,21 @@ from pathlib import Path
 import pandas as pd
 
 from accelerator_models import Accelerator
-from dse.accuracy import DEFAULT_TABLE, AccuracyTable, attach_accuracy, load_accuracy_table
+from dse.accuracy import (
+    DEFAULT_TABLE,
+    AccuracyTable,
+    AccuracyTableError,
+    attach_accuracy,
+    load_accuracy_table,
+)
+from dse.accuracy.llm_table import (
+    DEFAULT_LLM_METRIC,
+    LLM_METRICS,
+    LLM_TABLE,
+    LLMAccuracyTable,
+    load_llm_accuracy_table,
+    weights_key,
+)
 from dse.api import Predictors, evaluation, predictors
 from dse.calibrate.predictor import CalibrationError, DevicePredictors
 from dse.comparison import Comparison
@@ -115,7 +129,7 @@ def design_report(
     numerics: Numerics = DEFAULT_NUMERICS,
     calibrated: Predictors | None = None,
     measured: str | None = None,
-    accuracy_table: AccuracyTable | str | Path | None = None,
+    accuracy_table: AccuracyTable | LLMAccuracyTable | str | Path | None = None,
 ) -> DesignReport:
     """The charts and tables of ``dse report`` for ``models`` under ``formats`` (dense is the
     baseline) at ``batches`` on every accelerator of ``hardware`` (four charts each; names
@@ -125,7 +139,9 @@ def design_report(
     per-layer roofline and an expected curve on the Sparsity Roofline, with the measured
     kernels of ``measured`` (a shipped dataset or a file of ``dse measure``; default: the
     dataset the predictors were trained on, when it is here). ``accuracy_table``: default the
-    shipped one."""
+    shipped one; for language models (every model a prefill or decode step) a table of
+    published figures (:func:`dse.accuracy.llm_table.load_llm_accuracy_table`, default the
+    shipped one), whose WikiText-2 perplexity increase over dense the Sparsity Roofline draws."""
     if measured is not None and calibrated is None:
         raise CalibrationError("--measured draws measured kernels beside the expectation; "
                                "give --calibrated DEVICE too")
@@ -136,8 +152,7 @@ def design_report(
     batch_list = [batches] if isinstance(batches, int) else list(batches)
     device = None if calibrated is None else predictors(calibrated)
     dataset_name, dataset = _measured_dataset(measured, device)
-    table = accuracy_table if isinstance(accuracy_table, AccuracyTable) else \
-        load_accuracy_table(accuracy_table or DEFAULT_TABLE)  # before any work
+    table = accuracy_table_for(traces, accuracy_table)  # before any work
     # Each model's rows are dse.evaluate's (evaluation: the one place they are built).
     results = [evaluation(t, accs, format_list, batch_list, fusion=fusion, scope=scope,
                           numerics=numerics, calibrated=device) for t in traces]
@@ -169,6 +184,59 @@ def design_report(
                         intro=tuple(intro), hardware=tuple(accs), designs=evaluated,
                         expected=ops, measured=drawn, dataset=dataset_name, predictors=device,
                         decode_fits=tuple(line for _, line in decode))
+
+
+def _is_language_model(trace: Trace) -> bool:
+    return bool(trace.provenance.get("phase"))
+
+
+def accuracy_table_for(traces: Sequence[Trace],
+                       given: AccuracyTable | LLMAccuracyTable | str | Path | None = None
+                       ) -> AccuracyTable | LLMAccuracyTable:
+    """The table the Sparsity Roofline of ``traces`` reads: for language models only (every
+    trace a prefill or decode step), published figures (``given`` read as a table of them,
+    default the shipped one); else trained accuracy (``given``, default the shipped table).
+    A report of language models beside vision models draws the vision models (one y axis, one
+    metric) and names the others as not drawn."""
+    if isinstance(given, LLMAccuracyTable):
+        return given
+    if traces and all(_is_language_model(t) for t in traces):
+        if isinstance(given, AccuracyTable):
+            raise AccuracyTableError("language models take a table of published figures "
+                                     "(dse/accuracy/tables/accuracy_llm.csv's columns), not "
+                                     "a trained-accuracy table")
+        return load_llm_accuracy_table(given or LLM_TABLE)
+    return given if isinstance(given, AccuracyTable) else \
+        load_accuracy_table(given or DEFAULT_TABLE)
+
+
+def _table_where(table: AccuracyTable | LLMAccuracyTable) -> str:
+    return table.where if isinstance(table, LLMAccuracyTable) else "the accuracy table"
+
+
+def _with_llm_accuracy(frame: pd.DataFrame, table: LLMAccuracyTable, traces: list[Trace],
+                       numerics: Numerics) -> pd.DataFrame:
+    """``frame`` (designs of language-model steps) with ``accuracy``: each format's published
+    WikiText-2 perplexity increase over the same source's dense model, for the weights the
+    designs store (NaN where nothing was published: not drawn, never guessed), and the axis
+    it is drawn on (``accuracy_axis``, ``accuracy_lower_is_better``)."""
+    config = {t.model: t.provenance.get("config", t.model) for t in traces}
+    weights = weights_key(numerics.weight_dtype, numerics.weight_group_size)
+    metric = LLM_METRICS[DEFAULT_LLM_METRIC]
+    found = {}
+    for model, fmt in set(zip(frame["model"].astype(str), frame["format"].astype(str),
+                              strict=True)):
+        hit = table.lookup(config.get(model, model), fmt, weights, metric.name)
+        found[(model, fmt)] = hit.degradation
+    values = [found[(m, f)] for m, f in zip(frame["model"].astype(str),
+                                            frame["format"].astype(str), strict=True)]
+    missing = sorted({f"{m} {f}" for (m, f), v in found.items() if v != v})  # NaN
+    note = (f"y: WikiText-2 {metric.degradation} (each paper's own dense model), published "
+            f"figures for {weights} weights ({table.where}), the least where several are; the "
+            "axis runs down, so better is up"
+            + (f"; no figure, not drawn: {', '.join(missing)}" if missing else ""))
+    return frame.assign(accuracy=values, accuracy_axis="perplexity increase (lower is better)",
+                        accuracy_lower_is_better=True, accuracy_note=note)
 
 
 def comparison_report(comparison: Comparison) -> DesignReport:
@@ -285,7 +353,9 @@ def _hardware_sections(hw, traces, formats, batches, fusion, scope, numerics, ev
     layers = pd.concat([evaluate_layers(t, hw, formats, batches, fusion=fusion, scope=scope,
                                         numerics=numerics) for t in traces], ignore_index=True)
     on_hw = evaluated[evaluated["hardware"] == hw.name]
-    with_accuracy = attach_accuracy(on_hw.copy(), table)
+    with_accuracy = (_with_llm_accuracy(on_hw.copy(), table, traces, numerics)
+                     if isinstance(table, LLMAccuracyTable) else attach_accuracy(on_hw.copy(),
+                                                                                 table))
     roof = pd.concat([sparsity_roofline_data(
         with_accuracy[with_accuracy["batch"] == b],
         None if exp_hw is None else exp_hw[exp_hw["batch"] == b])
@@ -308,8 +378,9 @@ def _hardware_sections(hw, traces, formats, batches, fusion, scope, numerics, ev
         Section(f"sparsity-roofline{suffix}",
                 f"Sparsity Roofline {where}, batch {batch_text}{roof_beside}",
                 sparsity_roofline_chart(roof), roof,
-                note=f"Not drawn: {', '.join(lacking)} (no accuracy in the accuracy "
-                     "table; give one with --accuracy-table)" if lacking else ""),
+                note=f"Not drawn: {', '.join(lacking)} (no accuracy in "
+                     f"{_table_where(table)}; give one with --accuracy-table)"
+                if lacking else ""),
         Section(f"roofline{suffix}", f"Per-layer roofline {where}, batch {batch_text}{beside}",
                 roofline_chart(per_layer), per_layer),
         Section(f"bound-mix{suffix}", f"Memory- and compute-bound share of time by format "

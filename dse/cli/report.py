@@ -50,7 +50,8 @@ def add_parsers(commands) -> None:
                     "batch with each format's memory-fit limit.")
     add_design_options(rp, single=("--fusion",), quantisation=True)
     rp.add_argument("--accuracy-table", type=path_value, metavar="CSV",
-                    help="accuracy table (default: the shipped one)")
+                    help="accuracy table (default: the shipped one; for language models the "
+                         "shipped table of published figures)")
     rp.add_argument("--out", type=path_value, required=True, metavar="DIR", help="report folder")
     rp.add_argument("--calibrated", type=nonempty_text(CALIBRATED_FIX), metavar="DEVICE",
                     help="draw the expectation beside the bound: expected points on the "
@@ -154,7 +155,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise CalibrationError("--measured draws measured kernels beside the expectation; "
                                "give --calibrated DEVICE too")
     d = design_from_args(args)
-    from reports.design_report import design_report
+    from reports.design_report import accuracy_table_for, design_report
 
     from ..calibrate.predictor import CalibrationError
     from .evaluate import check_quantisation
@@ -163,9 +164,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     predictors = predictors_from_args(args)
     # The inputs design_report reads only once it runs, read first: a bad accuracy table or
     # --measured is refused before the first run's note, not after it.
-    from ..accuracy import DEFAULT_TABLE, load_accuracy_table
-
-    table = load_accuracy_table(args.accuracy_table or DEFAULT_TABLE)
+    table = accuracy_table_for(d.traces, args.accuracy_table)
     if args.measured is not None:
         from ..measure.dataset import load_dataset, shipped_datasets
 

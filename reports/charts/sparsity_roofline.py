@@ -78,6 +78,11 @@ def sparsity_roofline_data(frame: pd.DataFrame,
         **fallback_columns(frame),
         **design_columns(frame, ("hardware", "batch", "fusion", "scope")),
     })
+    # A metric other than accuracy in percent (a language model's published perplexity
+    # increase) names its axis and its direction.
+    for column in ("accuracy_axis", "accuracy_lower_is_better", "accuracy_note"):
+        if column in frame.columns:
+            out[column] = frame[column].to_numpy()
     out = out[out["accuracy"].notna()]
     out = out.drop_duplicates(["model", "format"])
     out.insert(2, "group", pattern_groups(out["format"]))
@@ -155,11 +160,13 @@ def sparsity_roofline_chart(data: pd.DataFrame) -> alt.FacetChart:
     color = alt.Color("group:N", title="pattern", sort=groups,
                       scale=alt.Scale(domain=groups))
     width = FACET_WIDTH + (60 if "estimate" in data.columns else 0)
-    data, x_domain, y_domain = _labels_placed(data, width, FACET_HEIGHT)
+    axis, reverse = accuracy_axis(data)
+    data, x_domain, y_domain = _labels_placed(data, width, FACET_HEIGHT, reverse)
     x = alt.X("speedup:Q", title="speedup over dense (x)",
               scale=alt.Scale(zero=False, nice=False, domain=x_domain))
-    y = alt.Y("accuracy:Q", title="accuracy (%)",
-              scale=alt.Scale(zero=False, nice=False, domain=y_domain))
+    # Better is up: a lower-is-better metric runs down its axis.
+    y = alt.Y("accuracy:Q", title=axis,
+              scale=alt.Scale(zero=False, nice=False, domain=y_domain, reverse=reverse))
     tooltip = ["model:N", "format:N", "sparsity_label:N",
                alt.Tooltip("speedup:Q", format=".3f"), alt.Tooltip("accuracy:Q", format=".2f")]
     if "fallback" in data.columns:
@@ -181,8 +188,9 @@ def sparsity_roofline_chart(data: pd.DataFrame) -> alt.FacetChart:
     layered = alt.layer(line, points, hollow, *labels,
                         data=inline_data(data)).properties(width=width, height=FACET_HEIGHT)
     return facet_by_model(layered, data).properties(title=chart_title(
-        "Sparsity Roofline: accuracy against speed-of-light speedup",
-        context_words(data, ("hardware", "batch", "fusion", "scope")), fallback_note(data)))
+        f"Sparsity Roofline: {_what(axis)} against speed-of-light speedup",
+        context_words(data, ("hardware", "batch", "fusion", "scope")), _accuracy_note(data),
+        fallback_note(data)))
 
 
 def _sparsity_roofline_calibrated(data: pd.DataFrame, base: alt.Chart, color: alt.Color,
@@ -246,16 +254,39 @@ def _sparsity_roofline_calibrated(data: pd.DataFrame, base: alt.Chart, color: al
                                                    else "")
                          + " (" + "; ".join(why) + ")")
     return facet_by_model(layered, data).properties(title=chart_title(
-        "Sparsity Roofline: accuracy against speedup, the bound and the expectation",
+        f"Sparsity Roofline: {_what(accuracy_axis(data)[0])} against speedup, the bound and "
+        "the expectation",
         context_words(data, ("model", "hardware", "batch", "fusion", "scope")),
-        fallback_note(data[data["estimate"] == "bound"]), notes))
+        _accuracy_note(data), fallback_note(data[data["estimate"] == "bound"]), notes))
 
 
-def _labels_placed(data: pd.DataFrame, width: float, height: float
+def accuracy_axis(data: pd.DataFrame) -> tuple[str, bool]:
+    """The y axis's title and whether it runs reversed (a lower-is-better metric, so that
+    better is up): ``accuracy (%)`` unless the rows name their metric (``accuracy_axis``,
+    ``accuracy_lower_is_better``, as a language model's published perplexity increase)."""
+    if "accuracy_axis" not in data.columns or not len(data):
+        return "accuracy (%)", False
+    lower = bool(data["accuracy_lower_is_better"].iloc[0]) \
+        if "accuracy_lower_is_better" in data.columns else False
+    return str(data["accuracy_axis"].iloc[0]), lower
+
+
+def _accuracy_note(data: pd.DataFrame) -> str:
+    """What the y axis holds, where the rows say (``accuracy_note``), for the caption."""
+    return str(data["accuracy_note"].iloc[0]) if "accuracy_note" in data.columns \
+        and len(data) else ""
+
+
+def _what(axis: str) -> str:
+    return "perplexity increase" if "perplexity" in axis else "accuracy"
+
+
+def _labels_placed(data: pd.DataFrame, width: float, height: float, reverse: bool = False
                    ) -> tuple[pd.DataFrame, list[float], list[float]]:
     """``data`` with ``label_place`` (where each point's label goes: an index into
     ``labels.PLACES``, -1 for none), and the x and y domains the places were found on; each
-    facet (model, batch) is placed on its own, every point of it an obstacle."""
+    facet (model, batch) is placed on its own, every point of it an obstacle. ``reverse``:
+    the y axis runs reversed (its lowest value on top)."""
     x_domain = padded_domain(data["speedup"])
     y_domain = padded_domain(data["accuracy"])
     place = np.full(len(data), -1, dtype=np.int64)
@@ -263,7 +294,7 @@ def _labels_placed(data: pd.DataFrame, width: float, height: float
     for rows in data.groupby(keys, sort=False, dropna=False).indices.values():
         part = data.iloc[rows]
         x = to_pixels(part["speedup"], x_domain, width)
-        y = to_pixels(part["accuracy"], y_domain, height, flip=True)
+        y = to_pixels(part["accuracy"], y_domain, height, flip=not reverse)
         # The lines drawn: each group's curve in sparsity order, and (calibrated) the dotted
         # join from each expected point to its bound.
         lines = []
