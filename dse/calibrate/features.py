@@ -10,8 +10,8 @@ import re
 import numpy as np
 import pandas as pd
 
-__all__ = ["FEATURES", "IMAGE_CHANNELS", "IMPL", "KEYS", "OWN_VECTOR_KINDS", "TILE",
-           "conv_kind", "copy_kind",
+__all__ = ["ALIGN_MAX", "FEATURES", "IMAGE_CHANNELS", "IMPL", "KEYS", "OWN_VECTOR_KINDS", "TILE",
+           "channel_alignment", "conv_kind", "copy_kind",
            "family_key", "feature_kind", "feature_matrix", "fp32_kind", "kind_code",
            "strided_kind", "training_rows", "usable_rows", "vector_key", "with_conv_inputs",
            "with_feature_kinds", "with_norm_widths"]
@@ -42,11 +42,19 @@ _KINDS = {"linear": 0, "conv": 1, "matmul": 2, "norm": 3, "activation": 4, "elem
 #: whose input is unknown (added after ``warm``, for the same reason). Its window itself
 #: (:func:`with_conv_inputs`): ``log_kernel_size`` and ``log_stride``, the kernel's side and
 #: the stride (logs of 1 + each), from a benchmarked convolution's note or a trace op's
-#: ``kernel_size`` and ``stride``; 0 for other ops and where not recorded (added last).
+#: ``kernel_size`` and ``stride``; 0 for other ops and where not recorded (added after those).
+#: Its channel alignment (:func:`channel_alignment`): ``cin_align`` and ``cout_align``, the
+#: largest power of two up to :data:`ALIGN_MAX` dividing the input and the output channels of
+#: a group (C_in / groups from K over the window's area, C_out / groups: the GEMM view's m),
+#: which decide the vector width and the kernels cuDNN can run (NHWC kernels load 8 halves
+#: at a time); 0 for other ops (added last).
 FEATURES = ("log_m", "log_k", "log_n", "log_groups", "sparsity", "block", "log_flops",
             "log_bytes", "log_intensity", "log_waves", "wave_eff", "pad_eff", "kind", "impl",
             "warm", "log_input_per_out", "log_window", "log_batch", "log_kernel_size",
-            "log_stride")
+            "log_stride", "cin_align", "cout_align")
+
+#: The largest channel alignment the features tell apart (``cin_align``, ``cout_align``).
+ALIGN_MAX = 256
 
 #: Column of the implementation code (set per implementation when predicting the fastest).
 IMPL = FEATURES.index("impl")
@@ -149,14 +157,48 @@ def feature_matrix(frame: pd.DataFrame, units: int, tile: int) -> np.ndarray:
         else np.zeros(len(frame))
     per_out, window, batch = _conv_geometry(frame, gemm, k * groups, n)
     kernel_size, stride = _conv_window(frame, gemm)
+    cin_align, cout_align = channel_alignment(frame, gemm, kernel_size)
     return np.column_stack([
         np.log1p(m), np.log1p(k), np.log1p(n), np.log(groups),
         np.nan_to_num(frame["sparsity"].to_numpy(dtype=float)),
         frame["block"].to_numpy(dtype=float),
         np.log(flops), np.log(moved), np.log(flops / moved), np.log(waves), wave_eff,
         np.clip(pad_eff, 0.0, 1.0), kinds, impl, warm, np.log1p(per_out), np.log1p(window),
-        np.log1p(batch), np.log1p(kernel_size), np.log1p(stride),
+        np.log1p(batch), np.log1p(kernel_size), np.log1p(stride), cin_align, cout_align,
     ])
+
+
+def _power_of_two_divisor(values: np.ndarray) -> np.ndarray:
+    """The largest power of two up to :data:`ALIGN_MAX` dividing each whole value (1 for an
+    odd one, or one that is not whole)."""
+    whole = np.where(np.isclose(values, np.round(values)), np.round(values), 1.0)
+    out = np.ones(len(values))
+    step = 2
+    while step <= ALIGN_MAX:
+        out = np.where((whole >= step) & (np.mod(whole, step) == 0), float(step), out)
+        step *= 2
+    return out
+
+
+def channel_alignment(frame: pd.DataFrame, gemm: np.ndarray,
+                      kernel_size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the largest power of two (up to :data:`ALIGN_MAX`) dividing a convolution's
+    input channels per group (K over the window's area ``kernel_size^2``; K itself where the
+    window is not recorded or does not divide it, as a non-square one's largest side may not)
+    and its output channels per group (the GEMM view's m); 0 for other ops. A trace op and
+    a benchmarked row of the same convolution get the same values: both carry m, k, groups
+    and the window (:func:`with_conv_inputs`)."""
+    zeros = np.zeros(len(frame))
+    if "kind" not in frame:
+        return zeros, zeros
+    conv = gemm & frame["kind"].isin(_CONV_KINDS).to_numpy()
+    k = frame["k"].to_numpy(dtype=float)
+    m = frame["m"].to_numpy(dtype=float)
+    area = kernel_size * kernel_size
+    fits = (area > 0) & np.isclose(np.mod(k, np.where(area > 0, area, 1.0)), 0.0)
+    cin = np.where(fits, k / np.where(area > 0, area, 1.0), k)
+    return (np.where(conv, _power_of_two_divisor(cin), 0.0),
+            np.where(conv, _power_of_two_divisor(m), 0.0))
 
 
 _CONV_KINDS = ("conv", "conv:image")
