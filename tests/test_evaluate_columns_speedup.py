@@ -490,3 +490,21 @@ def test_dtype_columns_are_the_assigns(language):
     layers = dse.roofline.evaluate_layers("toy_hybrid", "a100", ["2:4"], [1, 2])
     assert_same_frame(with_dtype_columns(layers, numerics, True),
                       _dtypes(layers, numerics, True))
+
+
+@pytest.mark.parametrize("model", ["llama-3-8b", "resnet50"])
+def test_a_design_fits_at_exactly_its_peak_memory(model):
+    # The memory fit's edge, on the table built from arrays: a device whose DRAM holds the
+    # design's peak memory to the byte fits it; one byte less does not.
+    import dataclasses
+
+    import accelerator_models
+
+    trace = load_model(model, "decode", 2048) if model.startswith("llama") else model
+    h100 = accelerator_models.load("h100-sxm")
+    peak = float(dse.evaluate(trace, h100, "2:4", 4).set_index("format")
+                 .loc["2:4", "peak_memory_bytes"])
+    for capacity, fits in ((peak, True), (np.nextafter(peak, 0.0), False)):
+        hw = dataclasses.replace(h100, dram_capacity_bytes=capacity)
+        row = dse.evaluate(trace, hw, "2:4", 4).set_index("format").loc["2:4"]
+        assert row["peak_memory_bytes"] == peak and bool(row["fits"]) is fits
