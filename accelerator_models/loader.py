@@ -102,12 +102,21 @@ def _block_size(value: Any, where: str) -> int:
     return value
 
 
+#: The most SMs (cores, compute units) a spec may have: a wafer-scale engine has 900,000
+#: cores, the largest GPUs a few hundred SMs; 1e12 once loaded and sized a buffer of 1e17 bytes.
+MAX_SM_COUNT = 1_000_000
+
+
 def _sm_count(value: Any, where: str) -> int:
     # A float is taken when it is whole: --vary and search ranges hand every number over as a
     # float (108.0), and a fractional SM count (1.5) is still an error.
     whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
     if isinstance(value, bool) or not whole or value < 1:
         raise SpecError(f"{where}: expected a whole number of SMs >= 1, got {value!r}")
+    if value > MAX_SM_COUNT:
+        raise SpecError(f"{where}: {value:,.0f} SMs is above the {MAX_SM_COUNT:,} dse takes "
+                        "(a GPU has a few hundred); give the machine's count of SMs, cores or "
+                        "compute units")
     return int(value)
 
 
@@ -128,10 +137,20 @@ def _text(value: Any, where: str) -> str:
     return value
 
 
+#: The longest spec name: the form ``dse hw probe --name`` takes (dse.cli.options.identifier).
+MAX_NAME = 100
+_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._+:-]{{0,{MAX_NAME - 1}}}$")
+
+
 def _name(value: Any, where: str) -> str:
-    # A spec's name labels every row and chart of its results: an empty one labels nothing.
-    if not isinstance(value, str) or not value.strip():
-        raise SpecError(f"{where}: expected the spec's name, a non-empty string, got {value!r}")
+    # A spec's name labels every row and chart of its results: an empty one labels nothing, a
+    # 10,000-character one buries them, and a newline or a comma breaks a CSV row or a chart.
+    if not isinstance(value, str) or not _NAME.match(value):
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 40 else (
+            f"{value[:20]!r}... ({len(value):,} characters)")
+        raise SpecError(f"{where}: expected the spec's name, a non-empty string of letters, "
+                        f"digits and . _ + : - (1 to {MAX_NAME} characters, the first a letter "
+                        f"or digit), got {shown}; fix the name")
     return value
 
 

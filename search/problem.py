@@ -171,6 +171,12 @@ class Problem:
             raise SearchError(f"kv_dtype {self.space.kv_dtype}: "
                               f"{self.traces[0].model} has no KV cache; the option is for "
                               "language models (--model NAME --phase --context)")
+        if not language and self.space.weight_dtype is not None:
+            # A trace's accuracy table holds unquantised weights only: an int4 design would be
+            # ranked by an accuracy it was never measured at.
+            raise SearchError(f"weight_dtype {self.space.weight_dtype}: "
+                              f"{self.traces[0].model} is a trace, and its accuracy table has "
+                              "no row for quantised weights; leave it out")
         return language
 
     def _numerics(self) -> Numerics:

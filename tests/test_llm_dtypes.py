@@ -217,7 +217,7 @@ def test_evaluate_writes_quantised_figures(config, tmp_path, capsys):
     (["--weight-group-size", "64"], "--weight-group-size 64: a group size is for quantised"),
     (["--kv-dtype", "fp4"], "argument --kv-dtype: invalid choice: 'fp4'"),
     (["--dtype", "fp8", "--weight-dtype", "fp8", "--weight-group-size", "32"],
-     "needs a quantised weight dtype"),
+     "--weight-dtype fp8 is the compute dtype (--dtype fp8), so the weights take no scales"),
     (["--dtype", "int8", "--weight-dtype", "fp8"], "no narrower than the compute dtype int8"),
 ])
 def test_evaluate_refuses_in_one_line(config, args, message, tmp_path, capsys):

@@ -151,8 +151,8 @@ def test_evaluate_out_names_the_dtypes(config, tmp_path):
     assert (table.set_index("format").loc["2:4", "weight_bytes"]) == INT4_24
     # Per layer too; a trace without a KV cache has no kv_dtype column.
     assert run_cli(["evaluate", "--model", "toy_hybrid", "--hw", "a100", "--dtype", "bf16",
-                    "--vector-dtype", "fp32", "--index-bytes", "2", "--per-layer",
-                    "--out", str(out)]) == 0
+                    "--vector-dtype", "fp32", "--format", "block4@0.875", "--index-bytes", "2",
+                    "--per-layer", "--out", str(out)]) == 0
     table = pd.read_parquet(out)
     assert "kv_dtype" not in table
     priced(table.assign(kv_dtype="-"), dtype="bf16", vector_dtype="fp32", index_bytes=2,

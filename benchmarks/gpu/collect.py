@@ -49,7 +49,7 @@ import time
 import traceback
 from pathlib import Path
 
-from dse.measure.budget import Budget, parse_duration
+from dse.measure.budget import MAX_BUDGET_S, Budget, parse_duration
 
 from . import (
     collect_attention,
@@ -124,11 +124,19 @@ def parse_budget(text: str) -> float:
     try:
         minutes = float(text)
     except ValueError:
-        return parse_duration(text, "--budget", CollectError)
-    if not math.isfinite(minutes) or minutes <= 0:
-        raise CollectError(f"--budget {text}: give a positive number of minutes, e.g. "
-                           "--budget 35 (or a duration such as 90s)")
-    return minutes * 60.0
+        seconds = parse_duration(text, "--budget", CollectError)
+    else:
+        if not math.isfinite(minutes) or minutes <= 0:
+            raise CollectError(f"--budget {text}: give a positive number of minutes, e.g. "
+                               "--budget 35 (or a duration such as 90s)")
+        seconds = minutes * 60.0
+    # As dse measure: a day at most (1e9 minutes once planned 1,900 years); a collection
+    # resumes, so longer work is the same command run again.
+    if seconds > MAX_BUDGET_S:
+        raise CollectError(f"--budget {text}: {seconds / 60:,.0f} minutes is longer than the "
+                           f"{MAX_BUDGET_S / 60:,.0f} minutes (a day) a run plans; give at most "
+                           "24h and rerun the same command to continue")
+    return seconds
 
 
 def parse_parts(text: str) -> list[str]:
@@ -183,7 +191,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--parts", default="all", metavar="LIST",
                    help=f"comma-separated parts to run: {', '.join(PARTS)}; all: "
                         f"{', '.join(ALL)} (default all)")
-    p.add_argument("--out", type=Path, default=Path("benchmarks/gpu/results/collect"),
+    p.add_argument("--out", type=_out_folder, default=Path("benchmarks/gpu/results/collect"),
                    metavar="DIR", help="folder of the collection: a new one, or one to "
                                        "continue (default benchmarks/gpu/results/collect)")
     p.add_argument("--smoke", action="store_true",
@@ -196,8 +204,53 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--flush", choices=("read", "write"), default="read",
                    help="how cold rows flush the cache: read-sweep a buffer larger than it "
                         "(default; no dirty lines left) or zero-fill it")
-    p.add_argument("--seed", type=int, default=0, help="operand seed (default 0)")
+    p.add_argument("--seed", type=_seed, default=0,
+                   help=f"operand seed, 0 to {MAX_SEED:,} (default 0)")
     return p
+
+
+#: The largest --seed: dse's own (torch takes 64 bits, and every item adds an offset to it).
+MAX_SEED = 2**31 - 1
+
+
+def _seed(text: str) -> int:
+    """An argparse type: a whole seed from 0 to MAX_SEED (99999999999999999999999 once failed
+    every item, each with an overflow in torch, exit 3)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: give a whole number from 0 to "
+                                         f"{MAX_SEED:,}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{text}: give a whole number from 0 to "
+                                         f"{MAX_SEED:,}")
+    return value
+
+
+def _out_folder(text: str) -> Path:
+    """An argparse type: the collection folder; not empty (which would be the current folder),
+    no name longer than a file system takes (once an OSError traceback)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: give a folder path, e.g. "
+                                         "--out benchmarks/gpu/results/collect")
+    for part in Path(text).parts:
+        if len(part.encode()) > 255:
+            raise argparse.ArgumentTypeError(f"{part[:20]}...: a name longer than the "
+                                             "file system takes (255); give a shorter one")
+    return Path(text)
+
+
+def _check_out(out: Path) -> None:
+    """Before any work: the folder's nearest existing ancestor must be a writable folder."""
+    import os
+
+    above = out
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if above != out and not above.is_dir():
+        raise CollectError(f"--out {out}: {above} is a file; give a folder path")
+    if above.is_dir() and not os.access(above, os.W_OK | os.X_OK):
+        raise CollectError(f"--out {out}: cannot write in {above}; give a writable folder")
 
 
 # --- the machine ------------------------------------------------------------------------------
@@ -470,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         budget_s = parse_budget(args.budget)
         parts = parse_parts(args.parts)
+        _check_out(args.out)
         return collect(args, budget_s, parts, command.strip())
     except CollectError as exc:
         print(f"collect: {exc}", file=sys.stderr)

@@ -100,19 +100,64 @@ class CompareError(ValueError):
     """A data file that cannot be compared (one line)."""
 
 
+#: Where a collect results folder keeps its dtype_gemm rows (a folder given to --data).
+PART = Path("parts/dtype_gemm.kernels.parquet")
+
+
+def _rows_file(path: Path) -> Path:
+    """The rows file ``--data PATH`` names: the file, or a collect results folder's part."""
+    if path.is_dir():
+        if (path / PART).is_file():
+            return path / PART
+        raise CompareError(f"--data {path}: a folder without {PART}; name a results folder "
+                           "of benchmarks/gpu/collect --parts dtype_gemm, or its rows file")
+    if not path.is_file():
+        raise CompareError(f"--data {path}: no such file; run benchmarks/gpu/collect "
+                           "--parts dtype_gemm (see COLLECT.md) or name its rows file")
+    return path
+
+
+def read_rows(paths) -> pd.DataFrame:
+    """Every row of ``paths`` (files or collect results folders), each file checked against
+    the kernel-row schema (dse.measure.dataset.validate) so that a file that is not one, or a
+    row with a negative or missing time, is refused in one line naming it."""
+    from dse.measure.dataset import DatasetError, validate
+
+    files = [_rows_file(Path(p)) for p in paths]
+    seen: dict[Path, Path] = {}
+    for given, path in zip(paths, files, strict=True):
+        key = path.resolve()
+        if key in seen:
+            raise CompareError(f"--data {given}: the rows file {path} is given twice; give "
+                               "each once (its runs would count twice)")
+        seen[key] = path
+    frames = []
+    for path in files:
+        try:
+            frame = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+        except Exception as exc:  # pyarrow and pandas raise many kinds
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise CompareError(f"--data {path}: cannot read it as kernel rows "
+                               f"({type(exc).__name__}: {first[:120]}); name a file written "
+                               "by benchmarks/gpu/collect --parts dtype_gemm") from None
+        try:
+            frames.append(validate(frame, str(path)))
+        except DatasetError as exc:
+            raise CompareError(f"--data {exc}") from None
+    return pd.concat(frames, ignore_index=True)
+
+
 def load_rows(paths) -> pd.DataFrame:
     """The timed cold ``dtype_gemm`` rows of ``paths`` (seeds pooled: the median of a shape's
     repeats is taken per variant)."""
-    frames = []
-    for path in paths:
-        path = Path(path)
-        if not path.is_file():
-            raise CompareError(f"--data {path}: no such file; run benchmarks/gpu/collect "
-                               "--parts dtype_gemm (see COLLECT.md) or name its rows file")
-        frames.append(pd.read_parquet(path))
-    rows = load_rows_frame(pd.concat(frames, ignore_index=True))
+    return _timed(read_rows(paths), paths)
+
+
+def _timed(everything: pd.DataFrame, paths) -> pd.DataFrame:
+    rows = load_rows_frame(everything)
     if rows.empty:
-        raise CompareError(f"--data {', '.join(map(str, paths))}: no timed dtype_gemm rows")
+        raise CompareError(f"--data {', '.join(map(str, paths))}: no timed dtype_gemm rows; "
+                           "name the rows of benchmarks/gpu/collect --parts dtype_gemm")
     return rows
 
 
@@ -136,6 +181,11 @@ def measured(rows: pd.DataFrame) -> pd.DataFrame:
         best = per_impl.sort_values("median").groupby(["m", "k", "n"], as_index=False).first()
         out.append(best.rename(columns={"median": "measured_s", "size": "runs"})
                    .assign(variant=v.name))
+    if not out:
+        names = dict.fromkeys(i for v in VARIANTS for i in v.implementations)
+        raise CompareError("--data: no timed row of an implementation it compares ("
+                           + ", ".join(names) + "); name the rows of benchmarks/gpu/collect "
+                           "--parts dtype_gemm")
     return pd.concat(out, ignore_index=True)
 
 
@@ -212,10 +262,11 @@ def shipped_check(summary_table: pd.DataFrame, paths) -> dict:
             "kernels": kernels, "checks": checks}
 
 
-def refused(paths) -> pd.DataFrame:
-    """Per implementation and dtype: the widths N whose calls torch refused."""
-    frames = [pd.read_parquet(p) for p in paths]
-    rows = pd.concat(frames, ignore_index=True)
+def refused(paths_or_rows) -> pd.DataFrame:
+    """Per implementation and dtype: the widths N whose calls torch refused (of the rows, or
+    of the files, ``paths_or_rows``)."""
+    rows = paths_or_rows if isinstance(paths_or_rows, pd.DataFrame) else pd.concat(
+        [pd.read_parquet(p) for p in paths_or_rows], ignore_index=True)
     rows = rows[rows["error"].fillna("") != ""]
     return (rows.groupby(["implementation", "dtype"])
             .agg(rows=("n", "size"), widths=("n", lambda s: sorted(set(map(int, s)))),
@@ -235,6 +286,23 @@ def _cell(value) -> str:
     return str(value)
 
 
+def _check_out(out: Path) -> None:
+    """Refuse an --out that cannot be written: a folder, or in a folder that is not there or
+    not writable."""
+    import os
+
+    folder = out.parent if str(out.parent) else Path(".")
+    if out.is_dir():
+        raise CompareError(f"--out {out}: is a folder; give a .csv file path")
+    if not folder.is_dir():
+        raise CompareError(f"--out {out}: no folder {folder}; create it or give another path")
+    if not os.access(folder, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise CompareError(f"--out {out}: cannot write there; give a writable path")
+    if len(out.name.encode()) + len(".tmp") > 255:
+        raise CompareError(f"--out {out.name[:20]}...: the name is longer than the file "
+                           "system takes (255); give a shorter one")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu.compare_dtype",
                                 description="dse's expectation in bf16, fp8, int8 and int4 "
@@ -248,7 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     paths = args.data or list(DEFAULT_DATA)
     try:
-        table = compare(load_rows(paths))
+        _check_out(args.out)  # before the work, not after it
+        everything = read_rows(paths)
+        table = compare(_timed(everything, paths))
     except CompareError as exc:
         print(f"compare_dtype: {exc}", file=sys.stderr)
         return 2
@@ -261,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     table_summary = summary(table)
     print(_markdown(table_summary))
     print("\nrefused by torch (error rows):")
-    print(_markdown(refused(paths)))
+    print(_markdown(refused(everything)))
     print(f"\nwrote {args.out}")
     if args.ship:
         SHIPPED.parent.mkdir(parents=True, exist_ok=True)

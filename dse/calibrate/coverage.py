@@ -39,7 +39,7 @@ import pandas as pd
 from .expected import op_configs, timed_dtype
 
 __all__ = ["DTYPE_CHECK_DIR", "GEMM_FAMILIES", "Coverage", "coverage", "coverage_note",
-           "dtype_checks", "measured_shapes", "with_extrapolated_share"]
+           "dtype_checks", "load_dtype_check", "measured_shapes", "with_extrapolated_share"]
 
 #: Per device, how kernels timed in the number types the predictors never trained on compare
 #: with the expectation (``python -m benchmarks.gpu.compare_dtype --ship``).
@@ -111,7 +111,7 @@ def dtype_checks(device: str, dtypes, phase: str | None) -> tuple[str, ...]:
     path = DTYPE_CHECK_DIR / f"{device}.json"
     if phase not in ("decode", "prefill") or not path.is_file():
         return ()
-    doc = json.loads(path.read_text())
+    doc = load_dtype_check(path)
     marks = sorted({m for joined in dtypes for m in str(joined).split(", ") if m})
     out = []
     for mark in marks:
@@ -121,6 +121,81 @@ def dtype_checks(device: str, dtypes, phase: str | None) -> tuple[str, ...]:
                        f"{check['median_measured_over_expected']:.2f}x this expectation at "
                        f"{phase} (median of {check['shapes']} shapes)")
     return tuple(out)
+
+
+#: The widths a dtype check gives figures for (compare_dtype: decode N <= 64, prefill N >= 512).
+CHECK_PHASES = ("decode", "prefill")
+#: The largest median of measured / expected a check may hold, and the smallest: a kernel 1000x
+#: off its expectation is a broken measurement or a broken file, not a number to quote.
+CHECK_RATIO_RANGE = (1e-3, 1e3)
+
+
+def _check_marks() -> dict[str, tuple[str, ...]]:
+    from ..roofline.numerics import DTYPE_BYTES, WEIGHT_DTYPE_BYTES
+
+    # The marks expected_layers gives (dse.calibrate.expected.extrapolated_dtypes).
+    return {"compute": tuple(DTYPE_BYTES), "weights": tuple(WEIGHT_DTYPE_BYTES),
+            "KV cache": tuple(DTYPE_BYTES)}
+
+
+def load_dtype_check(path: Path) -> dict:
+    """The dtype check ``path`` (``models/dtype_check/DEVICE.json``), validated: ``checks``
+    maps each mark (``"int4 weights"``, ``"fp8 compute"``, ``"fp8 KV cache"``) to its phases
+    (decode, prefill), each with ``shapes`` (a whole number >= 1) and
+    ``median_measured_over_expected`` (a finite ratio in :data:`CHECK_RATIO_RANGE`);
+    ``kernels`` names the kernel of every mark. Anything else raises CalibrationError naming
+    the file, the key and the fix."""
+    import math
+
+    from .predictor import CalibrationError
+
+    fix = "rerun python -m benchmarks.gpu.compare_dtype --ship, or fix the file"
+
+    def bad(key: str, why: str) -> CalibrationError:
+        return CalibrationError(f"{path}: {key}: {why}; {fix}")
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CalibrationError(f"{path}: cannot read the dtype check ({first[:120]}); "
+                               f"{fix}") from None
+    if not isinstance(doc, dict):
+        raise CalibrationError(f"{path}: expected a JSON object with checks and kernels; {fix}")
+    checks, kernels = doc.get("checks"), doc.get("kernels")
+    if not isinstance(checks, dict):
+        raise bad("checks", f"expected an object of marks, got {checks!r:.40}")
+    if not isinstance(kernels, dict):
+        raise bad("kernels", f"expected an object of kernel names, got {kernels!r:.40}")
+    marks = _check_marks()
+    for mark, phases in checks.items():
+        dtype, _, what = str(mark).partition(" ")
+        if what not in marks or dtype not in marks[what]:
+            known = "; ".join(f"{'/'.join(d)} {w}" for w, d in marks.items())
+            raise bad(f"checks.{mark:.40}", f"not a dtype mark dse gives ({known})")
+        if not isinstance(phases, dict) or not phases:
+            raise bad(f"checks.{mark}", "expected an object of phases (decode, prefill)")
+        kernel = kernels.get(mark)
+        if not isinstance(kernel, str) or not kernel.strip():
+            raise bad(f"kernels.{mark}", f"expected the kernel's name, got {kernel!r:.40}")
+        for phase, check in phases.items():
+            key = f"checks.{mark}.{phase:.20}"
+            if phase not in CHECK_PHASES:
+                raise bad(key, f"not a phase; use {' or '.join(CHECK_PHASES)}")
+            if not isinstance(check, dict):
+                raise bad(key, "expected an object with shapes and "
+                               "median_measured_over_expected")
+            shapes = check.get("shapes")
+            if isinstance(shapes, bool) or not isinstance(shapes, int) or shapes < 1:
+                raise bad(f"{key}.shapes", f"expected a whole number of shapes >= 1, got "
+                                           f"{shapes!r:.40}")
+            ratio = check.get("median_measured_over_expected")
+            low, high = CHECK_RATIO_RANGE
+            if (isinstance(ratio, bool) or not isinstance(ratio, int | float)
+                    or not math.isfinite(ratio) or not low <= ratio <= high):
+                raise bad(f"{key}.median_measured_over_expected",
+                          f"expected a finite ratio from {low:g} to {high:g}, got {ratio!r:.40}")
+    return doc
 
 
 def _stem(name: str) -> str:

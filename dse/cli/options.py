@@ -406,12 +406,17 @@ def add_numerics_options(p: argparse.ArgumentParser, quantisation: bool = False)
                    action=Once,
                    help="dtype of elementwise ops on the vector cores (default fp16, or fp32 "
                         "where a spec has no fp16 vector rate)")
-    g.add_argument("--csr-dtype", default="fp32", type=nonempty_text("a dtype, e.g. fp32"),
+    # Both default to None so that a value given where no format reads it can be refused
+    # (refuse_unread_numerics); numerics_from_args applies the defaults.
+    g.add_argument("--csr-dtype", default=None, type=nonempty_text("a dtype, e.g. fp32"),
                    action=Once,
                    help="dtype of CSR kernels on the vector cores (default fp32: sparse "
-                        "libraries accumulate in FP32)")
-    g.add_argument("--index-bytes", type=integer(1, 8, "1, 2, 4 or 8"), default=4, action=Once,
-                   help="CSR/BSR index width in bytes (default 4)")
+                        "libraries accumulate in FP32); read by unstructured formats and by "
+                        "sparse formats the hardware lacks (run as CSR)")
+    g.add_argument("--index-bytes", type=integer(1, 8, "1, 2, 4 or 8"), default=None,
+                   action=Once,
+                   help="CSR/BSR index width in bytes (default 4); read by block and "
+                        "unstructured formats and by sparse formats the hardware lacks")
     if not quantisation:
         return
     g.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, action=Once,
@@ -446,8 +451,15 @@ def numerics_from_args(args: argparse.Namespace, hardware=()) -> Numerics:
     if group is not None and weight_dtype is None:
         raise InputError(f"--weight-group-size {group}: a group size is for quantised weights; "
                          f"give --weight-dtype ({', '.join(WEIGHT_DTYPES)}) too")
-    return Numerics(dtype=dtype, vector_dtype=vector, csr_dtype=args.csr_dtype,
-                    index_width_bytes=args.index_bytes, weight_dtype=weight_dtype,
+    if group is not None and weight_dtype == dtype:
+        # Weights stored in the compute dtype are not quantised: no scales for a group to size.
+        raise InputError(f"--weight-group-size {group}: --weight-dtype {weight_dtype} is the "
+                         f"compute dtype (--dtype {dtype}), so the weights take no scales; give "
+                         "a wider --dtype, or leave the group size out")
+    csr = args.csr_dtype if args.csr_dtype is not None else "fp32"
+    index = args.index_bytes if args.index_bytes is not None else 4
+    return Numerics(dtype=dtype, vector_dtype=vector, csr_dtype=csr,
+                    index_width_bytes=index, weight_dtype=weight_dtype,
                     weight_group_size=group, kv_dtype=getattr(args, "kv_dtype", None))
 
 
@@ -637,6 +649,59 @@ def refuse_unread_overrides(args: argparse.Namespace) -> None:
             raise SpecError(f"{option}: {args.command_name} does not read {field}: {why}")
 
 
+#: --vary dimensions after which a sparse format may no longer run natively (a block size
+#: below the spec's minimum): a sweep with one of them may fall back to CSR anywhere.
+_NATIVITY_VARIED = ("format.", "hw.block_sparse.", "hw.sparse_tensor.")
+
+
+def _numerics_readers(args: argparse.Namespace, formats, hardware) -> tuple[bool, bool]:
+    """Whether some format of the run reads --index-bytes and whether some reads --csr-dtype.
+    Block formats store BSR indices, unstructured ones CSR indices and run CSR kernels; a
+    sparse format the hardware does not run natively falls back to CSR (or dense) and reads
+    both; dense and natively run N:M read neither (N:M metadata has its own width)."""
+    from formats import NM, Block, Dense, Unstructured
+
+    varied = any(v.strip().startswith(_NATIVITY_VARIED) for v in getattr(args, "vary", None)
+                 or [])
+    # The study runs every N:M format on the sparse tensor core unless --set names its patterns.
+    study_nm = (args.command_name == "dse study feature-overhead"
+                and not any(o.partition("=")[0].strip() == "sparse_tensor.patterns"
+                            for o in args.overrides))
+    index = csr = False
+    for fmt in formats:
+        if isinstance(fmt, Dense):
+            continue
+        native = not varied and all(fmt.runs_natively_on(h) for h in hardware)
+        if isinstance(fmt, NM) and study_nm:
+            native = True
+        index |= isinstance(fmt, Block | Unstructured) or not native
+        csr |= isinstance(fmt, Unstructured) or not native
+    return index, csr
+
+
+def refuse_unread_numerics(args: argparse.Namespace, formats, hardware) -> None:
+    """Refuse, in one line, ``--index-bytes`` or ``--csr-dtype`` where no format of the run
+    reads it (dense alone, N:M the hardware runs): an option is honoured or refused, never
+    ignored (``dse evaluate --index-bytes 2`` on dense once moved nothing but a column)."""
+    if not hasattr(args, "index_bytes"):
+        return
+    index, csr = _numerics_readers(args, formats, hardware)
+    names = ",".join(f.name for f in formats) or "dense"
+    on = ", ".join(h.name.split("[", 1)[0] for h in hardware)
+    command = args.command_name
+    if args.index_bytes is not None and not index:
+        raise InputError(
+            f"--index-bytes {args.index_bytes}: {command} does not read it here: only block and "
+            "unstructured formats store indices (and a sparse format the hardware lacks, run "
+            f"as CSR), and --format {names} on {on} stores none; add --format "
+            "unstructured@0.9 or block4@0.875, or leave it out")
+    if args.csr_dtype is not None and not csr:
+        raise InputError(
+            f"--csr-dtype {args.csr_dtype}: {command} does not read it here: only unstructured "
+            "formats run CSR kernels (and a sparse format the hardware lacks), and --format "
+            f"{names} on {on} runs none; add --format unstructured@0.9, or leave it out")
+
+
 def _unique(values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
@@ -684,8 +749,8 @@ def design_from_args(args: argparse.Namespace) -> Design:
         scope=getattr(args, "scope", None) or ("all" if language else "gemm"),
         numerics=numerics_from_args(args, hardware) if hasattr(args, "dtype") else Numerics(),
     )
-    for fmt in design.formats:
-        parse_format(fmt)  # a bad format fails before any work
+    parsed = [parse_format(fmt) for fmt in design.formats]  # a bad format fails before work
+    refuse_unread_numerics(args, parsed, design.hardware)
     for trace in design.traces:  # language-model designs the evaluator cannot price yet
         check_priceable(trace, design.batches, design.fusions)
     return design

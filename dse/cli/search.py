@@ -325,6 +325,7 @@ def _overrides(args: argparse.Namespace) -> dict:
                          f"({', '.join(WEIGHT_DTYPES)}) too")
     if (args.phase is None) != (args.context is None) and args.models:
         _space_step(args)
+    _refuse_trace_weights(args)
     hardware = None
     if args.hardware:
         hardware = [h.strip() for v in args.hardware for h in v.split(",") if h.strip()]
@@ -335,6 +336,22 @@ def _overrides(args: argparse.Namespace) -> dict:
             "batches": args.batches, "hardware": hardware, "weight_dtype": args.weight_dtype,
             "weight_group_size": args.weight_group_size, "kv_dtype": args.kv_dtype,
             "metric": args.accuracy_metric}
+
+
+def _refuse_trace_weights(args: argparse.Namespace) -> None:
+    """--weight-dtype on traces (timm models): their accuracy table has fp16 weights only, so
+    the search once ranked int4 designs by an accuracy measured unquantised, labelled
+    "measured". Language models' table has a row per weight storage and takes it."""
+    if args.weight_dtype is None or not args.models:
+        return
+    from workloads.registry import is_language_model
+
+    traces = [m for m in args.models if not is_language_model(m)]
+    if traces:
+        raise InputError(f"--weight-dtype {args.weight_dtype}: {traces[0]} is a trace, and its "
+                         "accuracy table has no row for quantised weights (the search would "
+                         f"rank {args.weight_dtype} designs by accuracy measured unquantised); "
+                         "leave it out, or price the weights with dse evaluate, compare or sweep")
 
 
 def _space_step(args: argparse.Namespace) -> None:
