@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+from .allocator_effect import host_cpu
+
 PAGE = 4096
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
 
@@ -183,16 +185,6 @@ def _child(method: str, size: int, repeats: int, threads: int) -> tuple:
     return tuple(json.loads(out.strip().splitlines()[-1]))
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -230,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.cpu.page_faults " + " ".join(
         argv if argv is not None else sys.argv[1:])
     lines = [f"$ {command}",
-             f"host: {_cpu()}, {os.cpu_count()} CPUs, {platform.platform()}, "
+             f"host: {host_cpu()}, {os.cpu_count()} CPUs, {platform.platform()}, "
              f"glibc {platform.libc_ver()[1]}; fastest of {args.repeats} per row; "
              f"load average {os.getloadavg()[0]:.2f} at the end",
              "",
