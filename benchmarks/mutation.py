@@ -254,8 +254,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("dse/roofline/evaluator.py", "categorical: bool = False) -> pd.DataFrame:",
      "False -> True"):
         "_totals_frame's default is never used: its one caller, evaluate, passes categorical",
-    ("dse/roofline/evaluator.py", "@dataclass(frozen=True, eq=False)", "False -> True"):
+    ("dse/roofline/evaluator.py", "@dataclass(frozen=True, eq=False)", "False -> True #1"):
         "_GridLabels are cached as dict values, never compared nor hashed",
+    ("dse/roofline/evaluator.py", "@dataclass(frozen=True, eq=False)", "False -> True #2"):
+        "LayerArrays are returned and read field by field, never compared nor hashed",
     ("dse/roofline/evaluator.py", "for fusion, grid in zip(fusions, labels, strict=True):",
      "True -> False"):
         "zip(strict=False): _grid_labels builds one entry per fusion of the same list",
@@ -267,7 +269,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      ">= -> >"):
         "the parallel and serial per-op kernels give the same bits "
         "(test_parallel_and_serial_kernels_agree): only which runs at exactly 200,000",
-    ("dse/roofline/memory.py", "@lru_cache(maxsize=256)", "256 -> 257"):
+    ("dse/roofline/memory.py", "@lru_cache(maxsize=256)", "256 -> 257 #1"):
+        "a cache one entry larger: the same values, computed again one call later or sooner",
+    ("dse/roofline/memory.py", "@lru_cache(maxsize=256)", "256 -> 257 #2"):
         "a cache one entry larger: the same values, computed again one call later or sooner",
     ("dse/roofline/memory.py", "room = np.where(known, capacity - weights, 0.0)", "0.0 -> 1.0"):
         "room is used only where the capacity is known; the other rows' largest batch is NA",
