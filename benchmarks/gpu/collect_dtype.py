@@ -28,10 +28,10 @@ nm), each timed cold and warm; a library's refusal of a shape is recorded in ``e
   (``F.linear(X^T, W.to(bf16)) * s``, what an unfused stack runs). Their ``note`` names the
   weight dtype and group; their bound charges the narrow weights (``weight_dtype``).
 
-cuSPARSELt multiplies fp8 and int8 only with the dense operand column-major (its "TN"
-layout; torch's own tests expect "operation not supported" for a row-major int8 operand), so
+cuSPARSELt multiplies fp8 and int8 with the dense operand column-major (its "TN" layout), so
 the 2:4 fp8 and int8 calls take ``X`` as the transposed view of a contiguous ``X^T``. The
-first collection passed a row-major ``X`` and every such call was refused.
+first collection passed a row-major ``X``, and every such call was refused in the descriptor
+set-up that picks the layout by ``dense_B.is_contiguous()`` ("operation not supported").
 
 The operands' values are random (a seeded generator); the weights are pruned by the trainer's
 2:4 rule for the nm rows and quantised by a symmetric per-row (int8, fp8) or per-group (int4)
