@@ -11,6 +11,7 @@ with the measured kernels of their dataset.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -230,7 +231,7 @@ def _with_llm_accuracy(frame: pd.DataFrame, table: LLMAccuracyTable, traces: lis
         found[(model, fmt)] = hit.degradation
     values = [found[(m, f)] for m, f in zip(frame["model"].astype(str),
                                             frame["format"].astype(str), strict=True)]
-    missing = sorted({f"{m} {f}" for (m, f), v in found.items() if v != v})  # NaN
+    missing = sorted({f"{m} {f}" for (m, f), v in found.items() if math.isnan(v)})
     note = (f"y: WikiText-2 {metric.degradation} (each paper's own dense model), published "
             f"figures for {weights} weights ({table.where}), the least where several are; the "
             "axis runs down, so better is up"
