@@ -33,6 +33,7 @@ from dse.measure.dataset import (  # noqa: E402
     whole_model_rows,
     whole_model_variant,
 )
+from dse.measure.host import allocator_settings  # noqa: E402
 from dse.measure.measure import MeasureError, measure, whole_model_trace  # noqa: E402
 from dse.measure.timing import TimingMethod  # noqa: E402
 from dse.roofline import Numerics, evaluate_layers  # noqa: E402
@@ -128,6 +129,15 @@ def test_whole_model_rows_use_the_h100_variant_names(measured):
     assert sorted(set(table["variant"])) == ["block4_87.5_eager", "dense_eager",
                                              "unstructured_90_eager"]
     assert set(table["img_size"]) == {64} and set(table["model"]) == {"test_vit"}
+    # the allocator settings the run had, read back from each row's fingerprint
+    assert set(table["allocator"]) == {json.dumps(allocator_settings(), sort_keys=True)}
+    tuned = measured.frame.assign(fingerprint=json.dumps(
+        {"allocator": {"MALLOC_TRIM_THRESHOLD_": "1000000000"}}))
+    assert set(whole_model_rows(tuned)["allocator"]) == {
+        '{"MALLOC_TRIM_THRESHOLD_": "1000000000"}'}
+    # a fingerprint from before the allocator was recorded: unrecorded, not the defaults
+    old = measured.frame.assign(fingerprint=json.dumps({"cores": 2}))
+    assert set(whole_model_rows(old)["allocator"]) == {""}
     h100 = pd.read_csv(ROOT / "benchmarks/gpu/results/models_measurements.csv")
     assert set(h100["variant"]) == {whole_model_variant(f, i) for f in ("dense", "2:4")
                                     for i in ("torch_eager", "torch_cudagraph")}

@@ -434,7 +434,7 @@ def _h100_peaks():
 #: models_measurements.csv`` that a dse dataset has, then what the CPU adds.
 WHOLE_MODEL_COLUMNS = ("model", "variant", "batch", "median_s", "min_s", "p90_s", "reps",
                        "format", "threads", "idle", "other_cores", "spread", "img_size",
-                       "device_name", "date", "note", "error")
+                       "device_name", "date", "note", "error", "allocator")
 
 
 def whole_model_variant(fmt: str, implementation: str) -> str:
@@ -456,7 +456,9 @@ def whole_model_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """The whole-model rows (family ``model``) of a dataset as the table ``dse calibrate
     --whole-models`` reads (:data:`WHOLE_MODEL_COLUMNS`: ``model, variant, batch, median_s``
     as in ``benchmarks/gpu/results/models_measurements.csv``, then min, p90, repeats, the
-    canonical format, threads, idle, spread, input size, machine, notes and errors)."""
+    canonical format, threads, idle, spread, input size, machine, notes and errors), and the
+    allocator settings the run had (:func:`_allocator`): on a CPU they can flip the sign of a
+    sparse model's speedup with the same kernels (docs/fidelity.md)."""
     rows = validate(frame, "whole-model rows")
     rows = rows[rows["family"] == "model"]
     out = pd.DataFrame({
@@ -470,9 +472,22 @@ def whole_model_rows(frame: pd.DataFrame) -> pd.DataFrame:
         "other_cores": rows["other_cores"], "spread": rows["spread"],
         "img_size": [_img_size(n) for n in rows["note"]],
         "device_name": rows["device_name"].astype(str), "date": rows["date"].astype(str),
-        "note": rows["note"].astype(str), "error": rows["error"].astype(str)},
+        "note": rows["note"].astype(str), "error": rows["error"].astype(str),
+        "allocator": [_allocator(f) for f in rows["fingerprint"]]},
         columns=list(WHOLE_MODEL_COLUMNS))
     return out.reset_index(drop=True)
+
+
+def _allocator(fingerprint) -> str:
+    """The allocator settings a row's fingerprint records, as JSON (``{}``: the C library's
+    defaults); empty where the fingerprint predates them (unrecorded, not the defaults)."""
+    try:
+        facts = json.loads(fingerprint)
+    except (TypeError, ValueError):
+        return ""
+    if not isinstance(facts, dict) or not isinstance(facts.get("allocator"), dict):
+        return ""
+    return json.dumps(facts["allocator"], sort_keys=True)
 
 
 def _img_size(note: str) -> int:
