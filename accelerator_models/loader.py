@@ -154,6 +154,59 @@ def _name(value: Any, where: str) -> str:
     return value
 
 
+def _shown(value: Any) -> str:
+    """A value as a refusal quotes it: repr, cut to 20 characters past 40."""
+    if isinstance(value, str) and len(value) > 40:
+        return f"{value[:20]!r}... ({len(value):,} characters)"
+    return repr(value)
+
+
+#: The most aliases a spec takes: each is another name it is found by (the catalog's have one).
+MAX_ALIASES = 16
+
+
+def _aliases(value: Any, where: str) -> tuple[str, ...]:
+    # Other names of the spec, found by --hw and shown by `dse hw list`: each of the name's
+    # form (a space, a comma or a newline broke the listing's columns; a 10,000-character
+    # one buried them), a few, no repeats.
+    form = (f"expected a list of at most {MAX_ALIASES} other names of the spec, each a non-empty "
+            "string of letters, digits and . _ + : - (1 to "
+            f"{MAX_NAME} characters, the first a letter or digit)")
+    if not isinstance(value, list):
+        raise SpecError(f"{where}: {form}, got {_shown(value)}; fix the aliases")
+    if len(value) > MAX_ALIASES:
+        raise SpecError(f"{where}: {form}, got {len(value):,} aliases; keep the few it is known by")
+    for alias in value:
+        if not isinstance(alias, str) or not _NAME.match(alias):
+            raise SpecError(f"{where}: {form}, got {_shown(alias)}; fix that alias")
+    repeated = next((a for i, a in enumerate(value) if a in value[:i]), None)
+    if repeated is not None:
+        raise SpecError(f"{where}: {repeated!r} is given twice; keep one")
+    return tuple(value)
+
+
+#: The longest description: one line of prose (the catalog's longest is 157 characters).
+MAX_DESCRIPTION = 1000
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _description(value: Any, where: str) -> str:
+    # Shown by `dse hw show` and `dse hw list --format csv|json` and in reports: a newline or
+    # another control character broke the line it sits on, and 10 MB of it every listing.
+    if not isinstance(value, str):
+        raise SpecError(f"{where}: expected a string, got {_shown(value)}; fix the description")
+    if len(value) > MAX_DESCRIPTION:
+        raise SpecError(f"{where}: {len(value):,} characters is above the {MAX_DESCRIPTION:,} "
+                        "a description takes (one line of prose); shorten it, and put "
+                        "sources in sources = [...]")
+    control = _CONTROL.search(value)
+    if control:
+        raise SpecError(f"{where}: holds the control character {control.group()!r} at "
+                        f"character {control.start() + 1:,}; keep the description on one "
+                        "line of printable text")
+    return value
+
+
 def _texts(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise SpecError(f"{where}: expected a list of strings")
@@ -229,8 +282,8 @@ ENERGY_FIELDS = tuple(p for p in FIELDS if p.split(".")[0] in (
 #: Descriptive keys: they name and document a spec and move no number.
 METADATA: dict[str, Callable[[Any, str], Any]] = {
     "name": _name,
-    "description": _text,
-    "aliases": _texts,
+    "description": _description,
+    "aliases": _aliases,
     "sources": _texts,
     "unverified": _texts,
     "extends": _text,

@@ -19,6 +19,19 @@ statements (messages) are left alone. The mutated module is written into a copy 
 repository (the working tree is never touched, and other people may run tests in it), and the
 module's test subset runs there (``pytest -x``); a failing or timed-out run kills the mutant.
 
+``--journal FILE`` (JSON lines) makes a long run resumable: each mutant's result is appended
+as it ends (one line: the module, the mutant's key, killed or not, pytest's last line, the
+seconds, and two SHA-256 digests: of the mutated file as it was before the mutation, and of
+the test subset it ran: its ids and the contents of their files). A rerun with the same
+journal skips every chosen mutant whose entry still matches both digests, runs the others,
+and prints the totals of the journal's results and the new ones together; editing the
+mutated file or a test file of the subset invalidates that file's or that subset's entries,
+which run again (an edit elsewhere, in a module the tests import, does not: rerun without
+the journal, or with a new one, after such an edit). A run killed mid-mutant loses only that
+mutant; a torn last line is ignored. Kill it (Ctrl-C) and rerun the same command to go on::
+
+    python -m benchmarks.mutation --module roofline --journal roofline.jsonl
+
 Prints, per module: mutants killed / run and the share, then every survivor as
 ``file:line: change``. A survivor is a missing test, or an equivalent mutant (one no test can
 tell apart: say why in the table of ``EQUIVALENT`` below, keyed by the mutated line's text so
@@ -32,6 +45,8 @@ import argparse
 import ast
 import copy
 import dataclasses
+import hashlib
+import json
 import os
 import random
 import shutil
@@ -558,37 +573,119 @@ def _run_tests(repo: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[bo
     return passed, time.perf_counter() - started, last
 
 
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_digest(repo: Path, file: str) -> str:
+    """SHA-256 of ``file`` in ``repo`` as it is unmutated: a journal entry's ``file_sha256``."""
+    return _digest((repo / file).read_bytes())
+
+
+def tests_digest(repo: Path, tests: tuple[str, ...]) -> str:
+    """SHA-256 of a test subset: its ids (``FILE`` or ``FILE::TEST``) and the contents of
+    their files, so that an edited test file, or another subset, invalidates the entries."""
+    h = hashlib.sha256()
+    for spec in tests:
+        h.update(spec.encode() + b"\0")
+    for file in sorted({spec.split("::")[0] for spec in tests}):
+        path = repo / file
+        h.update(file.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"(none)"))
+    return h.hexdigest()
+
+
+class Journal:
+    """The results a ``--journal`` file holds (JSON lines, appended one per mutant as it ends)
+    and the appending of new ones. An entry counts where its mutant's key, its file's digest
+    and its test subset's digest match; lines that do not parse (a line torn by a kill) and
+    entries of edited files or tests are left out (and kept in the file)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.entries: dict[tuple, dict] = {}
+        self.torn = 0
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        # A torn last line (a kill mid-write) must not glue itself to the next entry.
+        self._newline_first = bool(text) and not text.endswith("\n")
+        if text:
+            for line in text.splitlines():
+                try:
+                    entry = json.loads(line)
+                    key = (tuple(entry["key"]), entry["file_sha256"], entry["tests_sha256"])
+                    if not isinstance(entry["killed"], bool):
+                        raise TypeError("killed")
+                    self.entries[key] = entry  # a later line for the same mutant wins
+                except (ValueError, KeyError, TypeError):
+                    self.torn += bool(line.strip())
+
+    def get(self, mutant: Mutant, file_sha: str, tests_sha: str) -> dict | None:
+        return self.entries.get((mutant.key, file_sha, tests_sha))
+
+    def add(self, module: str, mutant: Mutant, file_sha: str, tests_sha: str, killed: bool,
+            last: str, seconds: float) -> None:
+        entry = {"module": module, "key": list(mutant.key), "file": mutant.file,
+                 "line": mutant.line, "change": mutant.change, "killed": killed,
+                 "last": last, "seconds": round(seconds, 3), "file_sha256": file_sha,
+                 "tests_sha256": tests_sha,
+                 "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(("\n" if self._newline_first else "") + json.dumps(entry) + "\n")
+            self._newline_first = False
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.entries[(mutant.key, file_sha, tests_sha)] = entry
+
+
 def run_module(name: str, repo: Path, limit: int | None, seed: int,
-               at: set[str] | None = None) -> tuple[int, list[Mutant]]:
+               at: set[str] | None = None,
+               journal: Journal | None = None) -> tuple[int, list[Mutant]]:
     """Run ``name``'s mutants (only those on the lines ``at``, ``FILE:LINE``, or only those
-    changes, ``FILE:LINE:CHANGE``, when given); returns (how many ran, the survivors)."""
+    changes, ``FILE:LINE:CHANGE``, when given); returns (how many ran, the survivors).
+    With a ``journal``, mutants it holds a current result of are not run again (their
+    results count), and each new result is appended to it."""
     files, tests = MODULES[name]
     every = [m for f in files for m in mutants(f)
              if not at or f"{m.file}:{m.line}" in at or f"{m.file}:{m.line}:{m.change}" in at]
     chosen = every if limit is None or limit >= len(every) else \
         sorted(random.Random(seed).sample(every, limit), key=lambda m: (m.file, m.index))
-    passed, baseline, _ = _run_tests(repo, tests, 600)
-    if not passed:
-        raise SystemExit(f"{name}: the test subset fails on the unmutated code "
-                         f"({' '.join(tests)}); fix it first")
+    digests = {f: file_digest(repo, f) for f in files}
+    tests_sha = tests_digest(repo, tests)
+    held = {}
+    if journal is not None:
+        for m in chosen:
+            entry = journal.get(m, digests[m.file], tests_sha)
+            if entry is not None:
+                held[m] = bool(entry["killed"])
+    todo = [m for m in chosen if m not in held]
+    baseline = 0.0
+    if todo:  # every result in the journal: no test needs to run
+        passed, baseline, _ = _run_tests(repo, tests, 600)
+        if not passed:
+            raise SystemExit(f"{name}: the test subset fails on the unmutated code "
+                             f"({' '.join(tests)}); fix it first")
     timeout_s = 3 * baseline + 10
-    print(f"{name}: {len(chosen)} of {len(every)} mutants, tests {' '.join(tests)} "
-          f"({baseline:.1f} s unmutated)", flush=True)
-    survivors = []
-    for n, mutant in enumerate(chosen, 1):
+    print(f"{name}: {len(chosen)} of {len(every)} mutants"
+          + (f" ({len(held)} from the journal, {len(todo)} to run)" if journal else "")
+          + f", tests {' '.join(tests)}"
+          + (f" ({baseline:.1f} s unmutated)" if todo else ""), flush=True)
+    survivors = [m for m in chosen if m in held and not held[m]]
+    for n, mutant in enumerate(todo, 1):
         target = repo / mutant.file
         original = target.read_text(encoding="utf-8")
         try:
             target.write_text(mutated_source(mutant), encoding="utf-8")
-            passed, _, last = _run_tests(repo, tests, timeout_s)
+            passed, seconds, last = _run_tests(repo, tests, timeout_s)
             killed = not passed
         finally:
             target.write_text(original, encoding="utf-8")
+        if journal is not None:
+            journal.add(name, mutant, digests[mutant.file], tests_sha, killed, last, seconds)
         if not killed:
             survivors.append(mutant)
-        print(f"  [{n}/{len(chosen)}] {mutant.file}:{mutant.line}: {mutant.change}: "
+        print(f"  [{n}/{len(todo)}] {mutant.file}:{mutant.line}: {mutant.change}: "
               f"{'killed' if killed else 'SURVIVED'} ({last})", flush=True)
-    return len(chosen), survivors
+    order = {m: i for i, m in enumerate(chosen)}
+    return len(chosen), sorted(survivors, key=order.__getitem__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -604,7 +701,25 @@ def main(argv: list[str] | None = None) -> int:
                              "written for it), or only its CHANGE as a run prints it "
                              "('dse/roofline/energy.py:133:* -> /'); repeatable")
     parser.add_argument("--list", action="store_true", help="list the mutants; run nothing")
+    parser.add_argument("--journal", type=Path, metavar="FILE",
+                        help="JSON lines of every mutant's result, appended as each ends; a "
+                             "rerun skips the mutants it holds (unless their file or tests "
+                             "changed) and counts their results: a long run resumable")
     args = parser.parse_args(argv)
+    journal = None
+    if args.journal is not None and args.list:
+        print("mutation: --journal with --list: --list runs nothing, so nothing is journaled; "
+              "leave out one of the two", file=sys.stderr)
+        return 2
+    if args.journal is not None:
+        problem = _journal_problem(args.journal)
+        if problem:
+            print(f"mutation: --journal {args.journal}: {problem}", file=sys.stderr)
+            return 2
+        journal = Journal(args.journal)
+        if journal.torn:
+            print(f"--journal {args.journal}: {journal.torn} line(s) that do not parse left "
+                  "out (a run killed mid-write); their mutants run again", flush=True)
     names = args.module or list(MODULES)
     files = tuple(f for name in names for f in MODULES[name][0])
     if args.list:
@@ -620,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
         repo = _copy_repository(Path(folder))
         for name in names:
             results[name] = run_module(name, repo, args.max, args.seed,
-                                       set(args.at) if args.at else None)
+                                       set(args.at) if args.at else None, journal)
     print("\nmodule      killed / run   share   survivors explained")
     for name, (ran, survivors) in results.items():
         killed = ran - len(survivors)
@@ -633,6 +748,31 @@ def main(argv: list[str] | None = None) -> int:
                   + (f" (equivalent: {why})" if why else f"\n        unexplained; key {m.key!r}"))
     _print_stale(files if args.module else None)
     return 0
+
+
+def _journal_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be the journal (one clause with the fix), or None: checked before
+    the repository is copied or any test runs."""
+    if path.is_dir():
+        return "is a folder; give a file (e.g. roofline.jsonl)"
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        return f"no folder {folder}; create it or give another path"
+    if path.exists():
+        try:
+            path.read_text(encoding="utf-8")
+            with path.open("a", encoding="utf-8"):
+                pass
+        except (OSError, UnicodeDecodeError) as exc:
+            return f"cannot be read and appended to ({exc}); give another file"
+        return None
+    try:  # os.access says yes to root everywhere; creating a file tells
+        handle, name = tempfile.mkstemp(prefix=".mutation-check-", dir=folder)
+    except OSError as exc:
+        return f"cannot write in {folder} ({exc.strerror or exc}); give a writable folder"
+    os.close(handle)
+    os.unlink(name)
+    return None
 
 
 def _print_stale(files: tuple[str, ...] | None) -> None:

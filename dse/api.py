@@ -89,8 +89,14 @@ def expected_ops(
         layers = evaluate_layers_bound(trace, hardware, formats, batches, fusion="unfused",
                                        scope=scope, numerics=numerics)
         return expected_layers(layers, trace, device, numerics=numerics)
+    from workloads.backend import torch_run_unknown
+
     from .calibrate.validate import torch_ran
 
+    why = torch_run_unknown(trace)
+    if why:
+        raise EvaluationError(f"backend torch: {why}; what torch runs was measured for timm "
+                              "models only: price it with backend='exported'")
     given = [formats] if isinstance(formats, str | Format) else list(formats)
     # Dense first: every design's expected speedup is over the dense model torch runs (its
     # attention fused), not over the dense rows a sparse model's trace also evaluates.

@@ -245,6 +245,25 @@ def _resolve_engine(settings: Settings, problem: Problem) -> Settings:
     return replace(settings, engine=engine)
 
 
+def _refuse_unread_options(request: SearchRequest, settings: Settings, problem: Problem) -> None:
+    """A trial budget or a sampler seed given to a study the exhaustive engine runs is read by
+    nothing: every design point is evaluated, in order (issue 26, round 9: ``dse search
+    --model llama-2-7b --trials 2`` evaluated all 10 and exited 0). Refused, before anything is
+    written."""
+    if settings.engine != "exhaustive":
+        return
+    for option, value, what in (("--trials", request.trials, "a trial budget"),
+                                ("--seed", request.seed, "a sampler seed")):
+        if value is not None:
+            why = ("a search over language models runs the exhaustive engine"
+                   if problem.language else "the search runs the exhaustive engine")
+            fix = ("leave it out" if problem.language
+                   else "leave it out, or give --engine optuna to sample the space")
+            raise SearchError(f"{option} {value}: {why}, which evaluates every one of the "
+                              f"{exhaustive.size(problem):,} design points and takes no "
+                              f"{what.split(' ', 1)[1]}; {fix}")
+
+
 def _check_resume_options(request: SearchRequest, stored: Settings, study: str) -> Settings:
     """Resuming keeps the stored settings; a different one given now is an error (except a
     larger Optuna budget, which extends the study)."""
@@ -551,6 +570,7 @@ def _run_search(request: SearchRequest, notify: Notify, progress: Progress) -> S
         settings = new_settings(request)
         problem = Problem(settings)  # validates every input before anything is written
         settings = _resolve_engine(settings, problem)
+        _refuse_unread_options(request, settings, problem)
         problem.settings = settings
         study = _study_name(request, problem.space)
         out = _out_dir(request, study)

@@ -31,7 +31,23 @@ from dataclasses import dataclass
 from .trace import Trace
 
 __all__ = ["AttentionRegion", "STRIDED", "attention_regions", "fuse_attention",
-           "torch_cpu_sparse_linears", "torch_math_attention", "torch_strided_adds"]
+           "torch_cpu_sparse_linears", "torch_math_attention", "torch_run_unknown",
+           "torch_strided_adds"]
+
+
+def torch_run_unknown(trace: Trace) -> str | None:
+    """Why what torch runs for ``trace`` is not known (one clause naming the model), or None
+    when it is: the ops this module rebuilds, and the rule of which layers torch converts, were
+    measured and profiled on whole timm models, exported by ``dse workloads export``
+    (provenance ``timm``). A language model's step, or a hand-written or foreign trace (the
+    shipped ``toy_hybrid``), was never run whole: pricing it "as torch runs it" would apply
+    the timm conversion rule to a model nothing says torch converts that way (issue 26, round
+    9: toy_hybrid's 2:4 expectation moved to its dense value, exit 0)."""
+    if trace.provenance.get("phase"):
+        return f"{trace.model} is a language model's step"
+    if not trace.provenance.get("timm"):
+        return f"{trace.model} is not a timm model exported by dse workloads export"
+    return None
 
 # The ops that may sit between attention's linears and its products: scales, copies, a
 # relative-position bias add (Swin). A linear, a convolution or a norm ends the walk.

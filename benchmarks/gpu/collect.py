@@ -241,16 +241,16 @@ def _out_folder(text: str) -> Path:
 
 
 def _check_out(out: Path) -> None:
-    """Before any work: the folder's nearest existing ancestor must be a writable folder."""
-    import os
+    """Before any work: the folder's nearest existing ancestor must be a folder a file can be
+    created in (``os.access`` says yes to root in ``/proc``: a traceback after the work
+    started, issue 26 round 9)."""
+    from .out_check import folder_problem
 
-    above = out
-    while not above.exists() and above != above.parent:
-        above = above.parent
-    if above != out and not above.is_dir():
-        raise CollectError(f"--out {out}: {above} is a file; give a folder path")
-    if above.is_dir() and not os.access(above, os.W_OK | os.X_OK):
-        raise CollectError(f"--out {out}: cannot write in {above}; give a writable folder")
+    if out.exists() and not out.is_dir():
+        raise CollectError(f"--out {out}: is a file; give a folder path")
+    problem = folder_problem(out)
+    if problem:
+        raise CollectError(problem)
 
 
 # --- the machine ------------------------------------------------------------------------------

@@ -296,8 +296,13 @@ def _check_out(out: Path) -> None:
         raise CompareError(f"--out {out}: is a folder; give a .csv file path")
     if not folder.is_dir():
         raise CompareError(f"--out {out}: no folder {folder}; create it or give another path")
-    if not os.access(folder, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+    if out.exists() and not os.access(out, os.W_OK):
         raise CompareError(f"--out {out}: cannot write there; give a writable path")
+    from .out_check import file_problem
+
+    problem = file_problem(out)  # creates and removes a file: os.access says yes to root
+    if problem:
+        raise CompareError(problem)
     if len(out.name.encode()) + len(".tmp") > 255:
         raise CompareError(f"--out {out.name[:20]}...: the name is longer than the file "
                            "system takes (255); give a shorter one")

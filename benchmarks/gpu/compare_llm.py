@@ -70,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the joined table to this CSV")
     args = parser.parse_args(argv)
     paths = args.measured or MEASURED
+    if args.out is not None:
+        from .out_check import file_problem
+
+        problem = file_problem(args.out)
+        if problem:
+            print(f"compare_llm: {problem}", file=sys.stderr)
+            return 2
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         print(f"compare_llm: no such file: {', '.join(missing)}", file=sys.stderr)

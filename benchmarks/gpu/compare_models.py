@@ -89,11 +89,17 @@ def predict(trace: Trace, batches: list[int]) -> pd.DataFrame:
     return t
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--measurements", default=str(HERE / "results" / "models_measurements.csv"))
     p.add_argument("--out", default=str(HERE / "results" / "models_predicted_vs_measured.csv"))
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    from .out_check import file_problem
+
+    problem = file_problem(args.out)
+    if problem:
+        print(f"compare_models: {problem}", file=sys.stderr)
+        return 2
 
     meas = pd.read_csv(args.measurements, keep_default_na=False)
     meas = meas[meas["error"] == ""]

@@ -260,6 +260,12 @@ def main(argv=None) -> int:
     ap.add_argument("--measurements", type=Path, default=HERE / "results" / "gemm_measurements.csv")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "predicted_vs_measured.csv")
     args = ap.parse_args(argv)
+    from .out_check import file_problem
+
+    problem = file_problem(args.out)
+    if problem:
+        print(f"compare_predictions: {problem}", file=sys.stderr)
+        return 2
 
     d = load_measurements(args.measurements)
     pred, n_designs = predict(d)

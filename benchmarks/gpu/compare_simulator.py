@@ -89,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path,
                         default=HERE / "results" / "simulator_vs_measured.csv")
     args = parser.parse_args(argv)
+    from .out_check import file_problem
+
+    problem = file_problem(args.out)
+    if problem:
+        print(f"compare_simulator: {problem}", file=sys.stderr)
+        return 2
     table = compare(pd.read_csv(args.measurements), SimConfig())
     table.to_csv(args.out, index=False)
     print("| model | batch | measured graph ms | roofline ms | simulated ms | roofline / measured "

@@ -184,7 +184,14 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=None, help="override the layer count (smoke)")
     p.add_argument("--budget", type=float, default=480, help="seconds; models after it are skipped")
     p.add_argument("--out", default="llm_decode.csv", help="CSV to append rows to")
-    return run(p.parse_args(argv))
+    args = p.parse_args(argv)
+    from .out_check import file_problem
+
+    problem = file_problem(args.out)  # before loading a model, not after it
+    if problem:
+        print(f"llm_decode: {problem}", file=sys.stderr)
+        return 2
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     check_quantisation(args, d)
     predictors = predictors_from_args(args)
-    backend = backend_from_args(args)
+    backend = backend_from_args(args, d.traces)
     evaluation_begins(args)  # every input checked: the first run's note, if any
     assumed = assumed_dtypes(args, d.numerics)
     if assumed:

@@ -458,9 +458,32 @@ def numerics_from_args(args: argparse.Namespace, hardware=()) -> Numerics:
                          "a wider --dtype, or leave the group size out")
     csr = args.csr_dtype if args.csr_dtype is not None else "fp32"
     index = args.index_bytes if args.index_bytes is not None else 4
-    return Numerics(dtype=dtype, vector_dtype=vector, csr_dtype=csr,
-                    index_width_bytes=index, weight_dtype=weight_dtype,
-                    weight_group_size=group, kv_dtype=getattr(args, "kv_dtype", None))
+    _check_numerics_options(dtype, vector, csr, index)
+    from ..roofline.numerics import NumericsError
+
+    try:
+        return Numerics(dtype=dtype, vector_dtype=vector, csr_dtype=csr,
+                        index_width_bytes=index, weight_dtype=weight_dtype,
+                        weight_group_size=group, kv_dtype=getattr(args, "kv_dtype", None))
+    except NumericsError as exc:  # the weights against the compute dtype: name both options
+        raise InputError(f"--weight-dtype {weight_dtype} with --dtype {dtype}: {exc}") from None
+
+
+def _check_numerics_options(dtype: str, vector: str, csr: str, index: int) -> None:
+    """Each number type as the option that gave it: the library's check names its field
+    (``dtype 'fp32' is not a tensor-core dtype``), not ``--dtype`` (issue 26, round 9)."""
+    from ..roofline.numerics import TENSOR_DTYPES, VECTOR_DTYPES
+
+    if dtype not in TENSOR_DTYPES:
+        raise InputError(f"--dtype {dtype}: dtype {dtype!r} is not a tensor-core dtype; use "
+                         f"one of {', '.join(TENSOR_DTYPES)} (elementwise ops: --vector-dtype)")
+    for option, value in (("--vector-dtype", vector), ("--csr-dtype", csr)):
+        if value not in VECTOR_DTYPES:
+            raise InputError(f"{option} {value}: not a vector dtype; use one of "
+                             f"{', '.join(VECTOR_DTYPES)}")
+    if index not in (1, 2, 4, 8):
+        raise InputError(f"--index-bytes {index}: an index is 1, 2, 4 or 8 bytes wide; give "
+                         "one of those")
 
 
 def dtypes_text(numerics: Numerics) -> str:
@@ -800,9 +823,11 @@ TORCH_NOTE = ("  note: priced as exported; torch runs this model's attention fus
               "prices that, as the fidelity figures do")
 
 
-def backend_from_args(args) -> str:
+def backend_from_args(args, traces: Sequence[Trace] = ()) -> str:
     """The ops the expectation prices (``--backend``), refused in one line where it cannot
-    apply: without --calibrated, and with --per-layer (whose rows are the exported ops)."""
+    apply: without --calibrated, with --per-layer (whose rows are the exported ops), and
+    ``torch`` for a trace whose torch run is not known (:func:`workloads.backend.
+    torch_run_unknown`: a language model, a trace not exported from timm)."""
     if args.backend is None:
         return "exported"
     if not args.calibrated:
@@ -811,6 +836,15 @@ def backend_from_args(args) -> str:
     if getattr(args, "per_layer", False) and args.backend != "exported":
         raise InputError(f"--backend {args.backend} with --per-layer: the per-layer rows are "
                          "the exported trace's ops; leave out one of the two")
+    if args.backend == "torch":
+        from workloads.backend import torch_run_unknown
+
+        for trace in traces:
+            why = torch_run_unknown(trace)
+            if why:
+                raise InputError(f"--backend torch: {why}; what torch runs was measured for "
+                                 "timm models only: price it as exported (leave out "
+                                 "--backend torch)")
     return args.backend
 
 

@@ -261,7 +261,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from .tables import calibration_note, energy_notes
 
     check_quantisation(args, d)
-    backend = backend_from_args(args)
+    backend = backend_from_args(args, d.traces)
     predictors = predictors_from_args(args)
     evaluation_begins(args)  # every input checked: the first run's note, if any
     c = compare(d.traces, d.hardware, d.formats, d.batches, fusion=d.fusions, scope=d.scope,

@@ -75,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     if args.whole_models:
         raise CalibrationError("--whole-models compares kernel predictors; it does not go with "
                                "--estimator spmv-cnn")
+    if getattr(args, "hold_out_models", False):  # once ignored: a 4-hour validation ran
+        raise CalibrationError("--hold-out-models validates the kernel predictors on whole "
+                               "models; it does not go with --estimator spmv-cnn (drop it)")
     if getattr(args, "residual", None) is not None:
         raise CalibrationError(f"--residual {args.residual}: the residual is the kernel "
                                "predictors'; --estimator spmv-cnn learns no residual (drop it)")
