@@ -336,7 +336,8 @@ def test_method_choice_prefers_fraction_unless_time_is_clearly_better():
         frame[f"pred_{m}"] = 1.5
     frame.loc[frame["key"] == "gemm", "pred_time/impl"] = 1.46   # not 10% better
     frame.loc[frame["key"] == "nm", "pred_time/best"] = 1.2      # clearly better
-    assert choose_methods(frame) == {"gemm": "fraction/impl", "nm": "time/best"}
+    assert choose_methods(frame, criterion="rmspe") == {"gemm": "fraction/impl",
+                                                        "nm": "time/best"}
 
 
 def test_calibrate_command_trains_validates_and_ships(tmp_path, capsys):

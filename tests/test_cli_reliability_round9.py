@@ -462,3 +462,22 @@ def test_a_journal_with_list_is_refused(tiny, tmp_path, capsys):
         "mutation: --journal with --list: --list runs nothing, so nothing is journaled; leave "
         "out one of the two")
     assert not (tmp_path / "j.jsonl").exists()
+
+
+# --- lead: two refusals the helpers' reports named ----------------------------------------
+
+def test_whole_models_with_an_empty_path_names_the_form(capsys):
+    assert run_cli(["calibrate", "--data", "h100-sxm", "--whole-models", "h100-sxm=",
+                    "--validate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["dse: error: --whole-models h100-sxm=: give DEVICE=FILE with an existing "
+                   "CSV, dataset or folder, e.g. h100-sxm=benchmarks/gpu/results/"
+                   "models_measurements.csv"]
+
+
+def test_select_by_with_the_spmv_estimator_is_refused(capsys):
+    assert run_cli(["calibrate", "--estimator", "spmv-cnn", "--select-by", "rmspe",
+                    "--validate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--select-by rmspe: it chooses the kernel predictors' methods" \
+        in err[0]

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["ALIGN_MAX", "FEATURES", "IMAGE_CHANNELS", "IMPL", "KEYS", "OWN_VECTOR_KINDS", "TILE",
-           "channel_alignment", "conv_kind", "copy_kind",
+           "channel_alignment", "conv_kind", "copy_kind", "row_balance",
            "family_key", "feature_kind", "feature_matrix", "fp32_kind", "kind_code",
            "strided_kind", "training_rows", "usable_rows", "vector_key", "with_conv_inputs",
            "with_feature_kinds", "with_norm_widths"]
@@ -47,11 +47,17 @@ _KINDS = {"linear": 0, "conv": 1, "matmul": 2, "norm": 3, "activation": 4, "elem
 #: largest power of two up to :data:`ALIGN_MAX` dividing the input and the output channels of
 #: a group (C_in / groups from K over the window's area, C_out / groups: the GEMM view's m),
 #: which decide the vector width and the kernels cuDNN can run (NHWC kernels load 8 halves
-#: at a time); 0 for other ops (added last).
+#: at a time); 0 for other ops (added after those).
+#: A block-sparse or CSR product's load balance under a random mask (:func:`row_balance`):
+#: ``log_row_imbalance``, the expected fullest block-row's nonzero blocks over the mean;
+#: ``log_row_depth``, that fullest row's blocks (the serial work of the slowest CTA);
+#: ``log_sparse_waves``, the waves of block-row x output-tile CTAs over the compute units;
+#: 0 for other ops, N:M included (its rows are balanced by construction) (added last).
 FEATURES = ("log_m", "log_k", "log_n", "log_groups", "sparsity", "block", "log_flops",
             "log_bytes", "log_intensity", "log_waves", "wave_eff", "pad_eff", "kind", "impl",
             "warm", "log_input_per_out", "log_window", "log_batch", "log_kernel_size",
-            "log_stride", "cin_align", "cout_align")
+            "log_stride", "cin_align", "cout_align", "log_row_imbalance", "log_row_depth",
+            "log_sparse_waves")
 
 #: The largest channel alignment the features tell apart (``cin_align``, ``cout_align``).
 ALIGN_MAX = 256
@@ -158,6 +164,7 @@ def feature_matrix(frame: pd.DataFrame, units: int, tile: int) -> np.ndarray:
     per_out, window, batch = _conv_geometry(frame, gemm, k * groups, n)
     kernel_size, stride = _conv_window(frame, gemm)
     cin_align, cout_align = channel_alignment(frame, gemm, kernel_size)
+    imbalance, depth, sparse_waves = row_balance(frame, units, tile)
     return np.column_stack([
         np.log1p(m), np.log1p(k), np.log1p(n), np.log(groups),
         np.nan_to_num(frame["sparsity"].to_numpy(dtype=float)),
@@ -165,7 +172,39 @@ def feature_matrix(frame: pd.DataFrame, units: int, tile: int) -> np.ndarray:
         np.log(flops), np.log(moved), np.log(flops / moved), np.log(waves), wave_eff,
         np.clip(pad_eff, 0.0, 1.0), kinds, impl, warm, np.log1p(per_out), np.log1p(window),
         np.log1p(batch), np.log1p(kernel_size), np.log1p(stride), cin_align, cout_align,
+        imbalance, depth, sparse_waves,
     ])
+
+
+def row_balance(frame: pd.DataFrame, units: int,
+                tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of a block-sparse (``key`` ``block{b}``) or CSR (``csr``, blocks of 1) product
+    under a random mask of density d = 1 - sparsity: each of the m / b block-rows holds
+    Binomial(k / b, d) nonzero blocks, mean mu = k d / b, deviation sigma =
+    sqrt(k d (1 - d) / b); the fullest of R = m / b rows holds about
+    mu + sigma sqrt(2 ln R) (the expected maximum of R normal draws), and a kernel that gives
+    each block-row (times an output tile of ``tile`` columns of N) to one CTA waits for it.
+    Returns the logs of that maximum over mu (the imbalance), of the maximum (the slowest
+    CTA's serial work) and of the waves of CTAs over ``units``; zeros for other rows."""
+    zeros = np.zeros(len(frame))
+    if "key" not in frame:
+        return zeros, zeros, zeros
+    key = frame["key"].astype(str)
+    sparse = (key.str.startswith("block") | (key == "csr")).to_numpy(dtype=bool, copy=True)
+    m = frame["m"].to_numpy(dtype=float)
+    k = frame["k"].to_numpy(dtype=float)
+    n = np.maximum(frame["n"].to_numpy(dtype=float), 1.0)
+    density = 1.0 - np.clip(np.nan_to_num(frame["sparsity"].to_numpy(dtype=float)), 0.0, 1.0)
+    sparse &= (m > 0) & (density > 0)
+    b = np.maximum(frame["block"].to_numpy(dtype=float), 1.0)
+    per_row = np.maximum(k / b, 1.0)
+    mean = np.maximum(per_row * density, 1e-9)
+    spread = np.sqrt(per_row * density * (1.0 - density))
+    rows = np.maximum(m / b, 1.0)
+    ratio = 1.0 + spread / mean * np.sqrt(2.0 * np.log(np.maximum(rows, 2.0)))
+    ctas = rows * np.ceil(n / max(tile, 1))
+    return (np.where(sparse, np.log(ratio), 0.0), np.where(sparse, np.log1p(mean * ratio), 0.0),
+            np.where(sparse, np.log(np.ceil(ctas / max(units, 1))), 0.0))
 
 
 def _power_of_two_divisor(values: np.ndarray) -> np.ndarray:

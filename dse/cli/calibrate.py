@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 __all__ = ["add_parsers"]
 
+#: dse.calibrate.validate.CRITERIA, kept here so that parsing the command imports no pandas.
+CRITERIA = ("rmspe", "log", "within_10")
+
 
 def add_parsers(commands) -> None:
     cal = commands.add_parser(
@@ -64,6 +67,11 @@ def add_parsers(commands) -> None:
                           "(histogram gradient boosting constrained where physics gives a "
                           "direction: a fuller last wave or less tile padding never slows a "
                           "kernel)")
+    cal.add_argument("--select-by", choices=CRITERIA, default=None,  # None: CRITERION
+                     help="how each family's method is chosen on held-out rows: within_10 "
+                          "(the share within +-10%%, the default), rmspe or log (root mean "
+                          "squared relative or log error); the figures --validate prints "
+                          "choose it per fold without that fold (nested)")
     spmv_estimator.add_arguments(cal)
     cal.set_defaults(run=_cmd_calibrate)
 
@@ -74,7 +82,7 @@ def _whole_models(values: list[str]) -> dict[str, list[Path]]:
     out: dict[str, list[Path]] = {}
     for value in values:
         name, sep, path = value.partition("=")
-        if not sep or not Path(path).exists():
+        if not sep or not path or not Path(path).exists():
             raise CalibrationError(f"--whole-models {value}: give DEVICE=FILE with an existing "
                                    "CSV, dataset or folder, e.g. h100-sxm=benchmarks/gpu/"
                                    "results/models_measurements.csv")
@@ -223,6 +231,7 @@ def _print_validation(table: pd.DataFrame, speedups: pd.DataFrame, noise: dict) 
         order.insert(order.index("within_10") + 1, "in_sample_10")
         shown = shown[order]
     shown = shown.rename(columns={"n": "configs", "within_5": "+-5%", "within_10": "+-10%",
+                                  "folds": "same in folds",
                                   "in_sample_10": "+-10% in-sample",
                                   "within_25": "+-25%", "rmspe_physical": "physical",
                                   "rmspe_bound": "bound",
@@ -230,8 +239,10 @@ def _print_validation(table: pd.DataFrame, speedups: pd.DataFrame, noise: dict) 
     print(shown.to_string(index=False))
     print("method: target/kernels (fraction: physical model x learned residual, carries over "
           "to other hardware; time: learned directly; impl: implementation as a feature, the "
-          "fastest predicted; best: fastest measured implementation only); last columns: "
-          "RMSPE of every method, the physical model alone and the bare bound")
+          "fastest predicted; best: fastest measured implementation only), the one chosen on "
+          "every fold and shipped; held-out figures: each fold predicted by the method chosen "
+          "on the other folds (nested), the same in the folds counted; last columns: RMSPE of "
+          "every method, the physical model alone and the bare bound")
     if not speedups.empty:
         s = speedups.copy()
         for column in ("rmspe", "within_10", "within_25", "sign", "measured_faster"):
@@ -341,8 +352,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         data.residual = args.residual or "trees"
         predictions = validated_predictions(
             data, seed=args.seed, progress=StatusLine(f"{name}: validated", "folds"))
-        chosen = choose_methods(predictions)
-        predictors = calibrate(data, predictions, seed=args.seed)
+        chosen = choose_methods(predictions, criterion=args.select_by)
+        predictors = calibrate(data, predictions, seed=args.seed, criterion=args.select_by)
         predictors, note = with_warm_capacity(predictors, names)
         if note:
             print(note)
@@ -354,8 +365,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                   f"({data.provenance['training_rows']} implementation rows) from "
                   f"{data.provenance['dataset_rows']} rows, "
                   f"{data.provenance['dropped_busy_rows']} busy-machine rows dropped)")
-            _print_validation(validation_table(predictions, chosen, name),
-                              speedup_summary(predictions, chosen, name), noise_floor(frame))
+            _print_validation(validation_table(predictions, chosen, name,
+                                               criterion=args.select_by),
+                              speedup_summary(predictions, chosen, name,
+                                              criterion=args.select_by), noise_floor(frame))
         if name in whole:
             measured = whole[name]
             hardware = reference_hardware(predictors, names)  # its error, in one line
@@ -364,6 +377,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                                 roofline="bound" if hardware.is_bound else "ceiling roofline")
             if args.hold_out_models:
                 held = held_out_models(data, measured, hardware, seed=args.seed,
+                                       criterion=args.select_by,
                                        progress=StatusLine(f"{name}: models held out",
                                                            "models"))
                 _print_held_out(name, table, held)

@@ -81,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "residual", None) is not None:
         raise CalibrationError(f"--residual {args.residual}: the residual is the kernel "
                                "predictors'; --estimator spmv-cnn learns no residual (drop it)")
+    if getattr(args, "select_by", None) is not None:
+        raise CalibrationError(f"--select-by {args.select_by}: it chooses the kernel "
+                               "predictors' methods; --estimator spmv-cnn has none (drop it)")
     if args.folds is not None and not args.validate:
         raise CalibrationError(f"--folds {args.folds}: folds are for --validate; add "
                                "--validate or drop --folds")
