@@ -24,10 +24,11 @@ as it ends (one line: the module, the mutant's key, killed or not, pytest's last
 seconds, and two SHA-256 digests: of the mutated file as it was before the mutation, and of
 the test subset it ran: its ids and the contents of their files). A rerun with the same
 journal skips every chosen mutant whose entry still matches both digests, runs the others,
-and prints the totals of the journal's results and the new ones together; editing the
-mutated file or a test file of the subset invalidates that file's or that subset's entries,
-which run again (an edit elsewhere, in a module the tests import, does not: rerun without
-the journal, or with a new one, after such an edit). A run killed mid-mutant loses only that
+and prints the totals of the journal's results and the new ones together. Editing the
+mutated file invalidates its entries, which run again; editing the test subset (a test added
+to kill a survivor) reruns its survivors, while its kills stand: a test added never revives a
+mutant (weaken or remove a test, or edit a module the tests import, and start a new journal:
+nothing here notices). A run killed mid-mutant loses only that
 mutant; a torn last line is ignored. Kill it (Ctrl-C) and rerun the same command to go on::
 
     python -m benchmarks.mutation --module roofline --journal roofline.jsonl
@@ -603,6 +604,7 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.entries: dict[tuple, dict] = {}
+        self.kills: dict[tuple, dict] = {}  # (key, file digest) -> a kill under any tests
         self.torn = 0
         text = path.read_text(encoding="utf-8") if path.exists() else ""
         # A torn last line (a kill mid-write) must not glue itself to the next entry.
@@ -615,11 +617,19 @@ class Journal:
                     if not isinstance(entry["killed"], bool):
                         raise TypeError("killed")
                     self.entries[key] = entry  # a later line for the same mutant wins
+                    if entry["killed"]:
+                        self.kills[key[:2]] = entry
                 except (ValueError, KeyError, TypeError):
                     self.torn += bool(line.strip())
 
     def get(self, mutant: Mutant, file_sha: str, tests_sha: str) -> dict | None:
-        return self.entries.get((mutant.key, file_sha, tests_sha))
+        """The entry of ``mutant`` for this file and test subset; else a kill of it under any
+        earlier test subset of the same file (tests added to kill survivors change the
+        subset's digest, and a test added never revives a mutant), else None."""
+        entry = self.entries.get((mutant.key, file_sha, tests_sha))
+        if entry is None:
+            entry = self.kills.get((mutant.key, file_sha))
+        return entry
 
     def add(self, module: str, mutant: Mutant, file_sha: str, tests_sha: str, killed: bool,
             last: str, seconds: float) -> None:
@@ -634,6 +644,8 @@ class Journal:
             handle.flush()
             os.fsync(handle.fileno())
         self.entries[(mutant.key, file_sha, tests_sha)] = entry
+        if killed:
+            self.kills[(mutant.key, file_sha)] = entry
 
 
 def run_module(name: str, repo: Path, limit: int | None, seed: int,

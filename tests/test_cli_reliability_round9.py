@@ -394,12 +394,11 @@ def test_a_journal_holds_each_result_and_a_rerun_runs_nothing(tiny, tmp_path, ca
     assert len(journal.read_text().splitlines()) == 2  # nothing appended
 
 
-@pytest.mark.parametrize("edited", ["tiny.py", "test_tiny.py"])
-def test_an_edited_file_or_test_runs_its_mutants_again(edited, tiny, tmp_path, capsys):
+def test_an_edited_file_runs_its_mutants_again(tiny, tmp_path, capsys):
     mutation, project, runs = tiny
     journal = tmp_path / "j.jsonl"
     assert mutation.main(["--module", "tiny", "--journal", str(journal)]) == 0
-    path = project / edited
+    path = project / "tiny.py"
     path.write_text(path.read_text() + "\n# edited\n")
     runs.clear()
     capsys.readouterr()
@@ -407,6 +406,22 @@ def test_an_edited_file_or_test_runs_its_mutants_again(edited, tiny, tmp_path, c
     out = capsys.readouterr().out
     assert len(runs) == 3 and "(0 from the journal, 2 to run)" in out
     assert len(journal.read_text().splitlines()) == 4  # the old entries stay, unread
+
+
+def test_a_test_added_reruns_the_survivors_and_the_kills_stand(tiny, tmp_path, capsys):
+    mutation, project, runs = tiny
+    journal = tmp_path / "j.jsonl"
+    assert mutation.main(["--module", "tiny", "--journal", str(journal)]) == 0
+    test = project / "test_tiny.py"  # a test that kills the survivor (LIMIT 3 -> 4)
+    test.write_text(test.read_text() + "\n\ndef test_limit():\n    from tiny import LIMIT\n"
+                    "    assert LIMIT == 3\n")
+    runs.clear()
+    capsys.readouterr()
+    assert mutation.main(["--module", "tiny", "--journal", str(journal)]) == 0
+    out = capsys.readouterr().out
+    assert "(1 from the journal, 1 to run)" in out and len(runs) == 2  # unmutated + 3 -> 4
+    assert _totals(out).split()[1:4] == ["2", "/", "2"]
+    assert len(journal.read_text().splitlines()) == 3
 
 
 def test_a_torn_last_line_is_left_out_and_its_mutant_runs_again(tiny, tmp_path, capsys):
