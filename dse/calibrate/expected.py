@@ -48,7 +48,7 @@ from workloads.llm import touched_share
 
 from ..roofline import Numerics
 from ..roofline.pricing import cache_read_elems, has_gemm_weights
-from .features import family_key, feature_kind
+from .features import IMPL, family_key, feature_kind
 from .predictor import DevicePredictors, FamilyPredictor
 
 __all__ = ["expected_designs", "expected_layers", "op_configs"]
@@ -139,6 +139,28 @@ def op_configs(layers: pd.DataFrame, trace, cache: str = "warm",
     return out
 
 
+#: The implementation a convolution runs as, where its predictor learned it among others: a
+#: dense convolution is ``F.conv2d`` (oneDNN on the CPU; ``torch_conv``). The GEMM of its im2col
+#: matrix (``torch_dense``: ``torch.mm`` / ``torch.bmm`` into a preallocated output) leaves out
+#: building that matrix, so it is no way to run the convolution, and a model never runs it
+#: (``benchmarks/cpu/results/profile_model_ops.csv``: every convolution of ResNet-50 and
+#: EfficientNet-B4 is ``aten::mkldnn_convolution`` or, for 1 x 1 inputs, ``_slow_conv2d``).
+CONV_RUNS_AS = {"conv": "torch_conv", "grouped_conv": "torch_conv"}
+
+
+def _ran_as(model: FamilyPredictor, x: np.ndarray, sol: np.ndarray,
+            key: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The expected time and implementation of ``key``'s rows priced as the one implementation
+    that runs them (:data:`CONV_RUNS_AS`), where ``model`` learned it as a feature; else None
+    (the fastest of its implementations stands)."""
+    impl = CONV_RUNS_AS.get(key)
+    if impl is None or impl not in model.implementations:
+        return None
+    x = np.array(x, dtype=float, copy=True)
+    x[:, IMPL] = model.implementations.index(impl)
+    return model.predict_s(x, sol), np.full(len(x), impl, dtype=object)
+
+
 def _window(op: pd.DataFrame, column: str) -> np.ndarray:
     """A trace op's ``kernel_size`` or ``stride`` (0 for a trace frame built without it)."""
     if column not in op:
@@ -182,7 +204,8 @@ def _resolve(key: str, predictors: DevicePredictors) -> tuple[FamilyPredictor | 
 def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
                     cache: str = "warm", numerics: Numerics | None = None) -> pd.DataFrame:
     """``layers`` (``evaluate_layers``, unfused, of ``trace``) with ``expected_s`` (the
-    expected kernel time, s: the fastest implementation measured on the device; ``cache``
+    expected kernel time, s: the fastest implementation measured on the device, a dense
+    convolution as the one that runs it, :data:`CONV_RUNS_AS`; ``cache``
     ``warm``, the default, prices each op as it runs inside a model, after the op before it,
     where the device has warm timings (``dse measure --warm``; a predictor without them
     ignores the feature) and the op's bytes fit the device's last-level cache (else cold),
@@ -230,6 +253,9 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
             names[rows] = f"{predictors.name}:bound"
         else:
             kernel, impl = model.predict_best_s(x[rows], sol)
+            ran = _ran_as(model, x[rows], sol, key)
+            if ran is not None:
+                kernel, impl = ran
             if model.target == "time":  # learned times do not follow narrower bytes
                 narrow = untimed[rows] != ""
                 kernel = np.where(narrow, model.physical_s(sol), kernel)

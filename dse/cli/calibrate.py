@@ -71,7 +71,10 @@ def add_parsers(commands) -> None:
                      help="how each family's method is chosen on held-out rows: within_10 "
                           "(the share within +-10%%, the default), rmspe or log (root mean "
                           "squared relative or log error); the figures --validate prints "
-                          "choose it per fold without that fold (nested)")
+                          "choose it per fold without that fold (nested). Where repeat "
+                          "measurements differ by more than 10%% in most kernels (the noise "
+                          "floor --validate prints), the share within 10%% is chosen by noise: "
+                          "use rmspe (the shipped CPU predictor does)")
     spmv_estimator.add_arguments(cal)
     cal.set_defaults(run=_cmd_calibrate)
 
