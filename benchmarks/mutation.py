@@ -320,6 +320,115 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "cache=False: the same kernel, compiled in every process (slower, same numbers)",
     ("dse/roofline/kernels.py", "@_jit(cache=True, parallel=True)", "True -> False #1"):
         "cache=False: the same kernel, compiled in every process (slower, same numbers)",
+    # dse/roofline, the full run (2026-11-26): caches, read-only copies, frozen flags no caller
+    # observes, and which of two paths that give the same rows builds a grid.
+    ("dse/roofline/energy.py", "@lru_cache(maxsize=64)", "64 -> 65"):
+        "a cache one entry larger: the same values, computed again one call later or sooner",
+    ("dse/roofline/evaluator.py", "@lru_cache(maxsize=64)", "64 -> 65"):
+        "a cache one entry larger: the same values, computed again one call later or sooner",
+    ("dse/roofline/evaluator.py", "@lru_cache(maxsize=4096)", "4096 -> 4097"):
+        "a cache one entry larger: the same values, computed again one call later or sooner",
+    ("dse/roofline/evaluator.py", "@lru_cache(maxsize=1024)", "1024 -> 1025 #2"):
+        "a cache one entry larger: the same values, computed again one call later or sooner",
+    ("dse/roofline/evaluator.py", "_GRID_LABELS_MAX = 256", "256 -> 257"):
+        "a cache one entry larger: the same labels, built again one call later or sooner",
+    ("dse/roofline/evaluator.py", "if len(_GRID_LABELS) >= _GRID_LABELS_MAX:", ">= -> >"):
+        "the label cache cleared at one entry more: the same labels, built again later",
+    ("dse/roofline/energy.py", "figures = {c: ops[c].to_numpy(dtype=np.float64, copy=True)",
+     "True -> False"):
+        "copy=False: the float64 columns (density, vector_flops) become read-only views of "
+        "trace.ops, not copies (the int columns are converted, so copied either way); nothing "
+        "writes them or edits a trace's ops in place (its prices are all cached per trace)",
+    ("dse/roofline/energy.py",
+     'figures.update(prunable=ops["prunable"].to_numpy(dtype=bool, copy=True),',
+     "True -> False"):
+        "copy=False: a read-only view of trace.ops' bool column, not a copy; nothing writes it "
+        "or edits a trace's ops in place (its prices are all cached per trace)",
+    ("dse/roofline/energy.py",
+     'scales = np.where(per_op["gemm_weights"][j], gw * numerics.scale_bytes(m, k), 0.0)',
+     "0.0 -> 1.0"):
+        "a prunable op is a linear or conv of weight_elems >= groups*m*k >= 1 (workloads.trace "
+        "refuses others), so it has GEMM weights: the 1.0 is read only by rows the format's "
+        "values do not take (rows = own & prunable)",
+    ("dse/roofline/evaluator.py", "SMALL_GRID_DESIGNS = 64", "64 -> 65"):
+        "evaluate_designs' small-grid and general paths both give evaluate's rows "
+        "(test_a_grid_past_the_small_grid_path_gives_evaluates_rows and the small-grid tests "
+        "of test_roofline_mutants): the threshold only picks which builds 65 designs",
+    ("dse/roofline/evaluator.py",
+     "if len(problem.accelerators) * len(problem.formats) * len(problem.batches) \\",
+     "<= -> <"):
+        "evaluate_designs' small-grid and general paths both give evaluate's rows: the test "
+        "only picks which builds a grid of exactly 64 designs",
+    ("dse/roofline/evaluator.py",
+     "if len(problem.accelerators) * len(problem.formats) * len(problem.batches) \\",
+     "* -> / #1"):
+        "evaluate_designs' small-grid and general paths both give evaluate's rows: the product "
+        "only picks which builds the grid",
+    ("dse/roofline/evaluator.py", "categorical: bool = False) -> list[dict[str, object]]:",
+     "False -> True"):
+        "the default is taken only by evaluate_designs' general path, which passes every column "
+        "through _as_arrays: np.full of a Categorical is the object array of its strings, as "
+        "the plain labels are (test_a_grid_past_the_small_grid_path_gives_evaluates_rows)",
+    ("dse/roofline/evaluator.py", "@dataclass(frozen=True)", "True -> False #1"):
+        "a Problem is built afresh by every prepare call, never cached nor shared; nothing "
+        "assigns its fields, and hashing it fails either way (its ndarray fields)",
+    ("dse/roofline/evaluator.py", "@dataclass(frozen=True)", "True -> False #4"):
+        "a Designs is built afresh by every evaluate_designs call, never cached nor shared; "
+        "nothing assigns its field, and hashing it fails either way (a dict)",
+    ("dse/roofline/evaluator.py", "@dataclass(frozen=True, eq=False)", "True -> False #1"):
+        "_GridLabels are cached dict values, but nothing assigns their fields (each call copies "
+        "its groups), and eq=False hashes by identity either way",
+    ("dse/roofline/evaluator.py", "@dataclass(frozen=True, eq=False)", "True -> False #2"):
+        "a LayerArrays is built afresh by every layer_arrays call and read field by field; "
+        "nothing assigns its fields, and eq=False hashes by identity either way",
+    ("dse/roofline/evaluator.py", "sparse_unit = a.sparse_flops[k, f, j] > 0", "0 -> 1"):
+        "only N:M runs on the sparse tensor core: 2 x groups x (N/M) x m x k x n useful FLOPs "
+        "a sample, k a multiple of M and every factor >= 1, so at least 2; > 0 and > 1 agree",
+    ("dse/roofline/evaluator.py", "row = [0.0] * K.HW_COLUMNS", "0.0 -> 1.0"):
+        "every one of the HW_COLUMNS (5) slots is assigned on the next five lines",
+    ("dse/roofline/evaluator.py",
+     "if len(problem.accelerators) * len(problem.formats) * len(problem.batches) \\",
+     "* -> / #2"):
+        "evaluate_designs' small-grid and general paths both give evaluate's rows: the product "
+        "only picks which builds the grid",
+    ("dse/roofline/evaluator.py", "**_design_labels(problem, h, f, problem.batches[b], False),",
+     "False -> True"):
+        "categorical labels in _grid_labels: np.stack turns each Categorical into the object "
+        "array of its strings, the plain labels' arrays",
+    ("dse/roofline/evaluator.py", "False)", "False -> True"):
+        "a categorical hw_fallback in _grid_labels: np.stack turns it into the object array "
+        "of its strings, the plain label's array",
+    ("dse/roofline/evaluator.py",
+     "for group, names in zip(grid.groups, grid.names, strict=True):", "True -> False"):
+        "zip(strict=False): _grid_labels builds groups and names together, one per dtype",
+    ("dse/roofline/evaluator.py",
+     "return Designs({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})", "0 -> 1"):
+        "parts[1]'s names: every part has the same columns, and here there are 2 or more parts",
+    ("dse/roofline/evaluator.py", "g.setflags(write=False)  # copied for each call's result",
+     "False -> True"):
+        "the cached label groups never leave _small_grid_columns, which hands out copies "
+        "(group.copy()); nothing writes the groups themselves",
+    ("dse/roofline/evaluator.py", "chosen = totals[key][:, 0]", "0 -> 1"):
+        "with no design falling back every design runs its own kernel, and the kernels copy "
+        "its price into slot 1 too (kernels._one_design, _design_totals_numpy)",
+    ("dse/roofline/evaluator.py",
+     "for whole, piece in zip((compute, mem, mem_fused, fl, wb), part, strict=True):",
+     "True -> False"):
+        "zip(strict=False): five arrays and per_op's five results, always as many",
+    ("dse/roofline/kernels.py", "HW_COLUMNS = 5", "5 -> 6"):
+        "one more column of zeros in each hardware row: the kernels read theirs by HW_INV_*",
+    ("dse/roofline/kernels.py", "PARALLEL_MIN_OP_EVALS = 200_000", "200000 -> 200001"):
+        "the parallel and serial kernels give the same bits "
+        "(test_parallel_and_serial_kernels_agree): only which runs at exactly 200,000",
+    ("dse/roofline/kernels.py",
+     "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
+     "* -> / #1"):
+        "design_totals' work only picks the parallel or serial kernel, which give the same bits",
+    ("dse/roofline/kernels.py",
+     "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
+     "* -> / #4"):
+        "per_op's work only picks numpy, serial or parallel, which give the same bits "
+        "(test_per_op_kernels_by_hand)",
     # dse/design_columns.py, design_table (dse.evaluate's fast path; 2026-11-26, a sample of 60,
     # seed 0): what survives changes only which path builds the same table.
     ('dse/design_columns.py',

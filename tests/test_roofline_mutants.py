@@ -9,6 +9,8 @@ the Sparsity Roofline (shared/DESIGN.md), never from the code under test."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
+import weakref
 
 import numpy as np
 import pandas as pd
@@ -17,13 +19,19 @@ import pytest
 import dse
 from accelerator_models import Accelerator, BlockSparse, CacheLevel, SparseTensorCore
 from dse.roofline import caches, evaluator, kernels, pricing
-from dse.roofline.energy import evaluate_energy, op_traffic
+from dse.roofline.energy import (
+    designs_with_layers,
+    evaluate_energy,
+    evaluate_layer_frames,
+    op_figures,
+    op_traffic,
+)
 from dse.roofline.fusion_rules import RuleTable
 from dse.roofline.memory import evaluate_memory, unread_weight_bytes
 from dse.roofline.numerics import Numerics, NumericsError, with_dtype_columns
 from dse.roofline.pricing import RuleEdges, price, rule_edges, stack_formats
 from formats import parse
-from workloads import Trace
+from workloads import MAX_BATCH, Trace
 
 REL = 1e-12
 
@@ -172,15 +180,15 @@ def test_a_batch_that_is_not_a_positive_integer_is_refused(batch):
         dse.evaluate(CHAIN, HW, "dense", [batch])
 
 
-@pytest.mark.parametrize("path", ["evaluate", "evaluate_designs"])
+@pytest.mark.parametrize("path", ["evaluate", "evaluate_designs", "evaluator.evaluate"])
 def test_hardware_fallback_labels_and_counts(path):
     """On NO_SPARSE, 2:4 needs the sparse tensor core for fc (K 16 is a multiple of 4): the
     dense kernel, (256 + 192) / 1e9 = 4.48e-7 s at batch 1, beats CSR of the same 64 nonzeros
     (128 B of values + 4 B x (64 + 8 + 1) of index = 420 B, features 191.5 B: 6.115e-7 s), so
     the design falls back to dense. 2:32 cannot take fc at all (K 16 is no multiple of 32): a
     shape fallback, and no op needs the hardware, so no hardware fallback either."""
-    run = dse.evaluate if path == "evaluate" else \
-        lambda *a, **k: dse.evaluate_designs(*a, **k).frame()
+    run = {"evaluate": dse.evaluate, "evaluator.evaluate": evaluator.evaluate,
+           "evaluate_designs": lambda *a, **k: dse.evaluate_designs(*a, **k).frame()}[path]
     frame = run(CHAIN, NO_SPARSE, ["2:4", "2:32"], 1)
     rows = {r["format"]: r for r in frame.to_dict("records")}
     assert (rows["dense"]["hw_fallback"], rows["dense"]["hw_fallback_ops"]) == ("", 0)
@@ -563,6 +571,9 @@ def test_an_op_at_the_ridge_point_is_not_memory_bound(numpy_only):
                                    scope="all")
         layers = evaluator.evaluate_layers(scale, ridge, "dense", 2, scope="all")
     assert frame["memory_bound_ops"].tolist() == [0] * 6
+    assert frame["bound"].tolist() == ["compute"] * 6
+    assert dse.evaluate_designs(scale, ridge, "dense", [1, 2], fusion=list(dse.FUSIONS),
+                                scope="all")["bound"].tolist() == ["compute"] * 6
     assert frame["latency_s"].tolist() == [64 * b / 2.0**30 for b in (1, 2)] * 3
     assert layers["bound"].tolist() == ["compute"]
 
@@ -605,3 +616,261 @@ def test_sparse_weights_with_scales_and_a_bias_by_hand():
         _op("wide", "linear", 2, 256, 1, 514, 256, 2, 0, True, ["input"])])
     p = price(biased, stack_formats([parse("2:4")]), Numerics(weight_dtype="int4"))
     assert p.weight_bytes[:, 0].tolist() == [268.0, 204.0]
+
+
+# --- survivors of the full roofline run (2026-11-26) ----------------------------------------
+
+def test_memory_time_of_few_or_no_bytes_by_hand():
+    """One level of 1000 B at 1e10 B/s, DRAM 1e9 B/s. An op that moves nothing takes no memory
+    time, warm or cold; 5 B warm: max(5 / 1e10, (5 - 1000)^+ / 1e9) = 5e-10 s (below the time
+    of one DRAM byte, 1e-9 s); cold: 5 / 1e9 = 5e-9 s. A cold run is one piece: capacity 0
+    at DRAM's 1e-9 s/B, one capacity per rate."""
+    acc = dataclasses.replace(HW, cache_levels=(CacheLevel("l1", 1000.0, 1e10),))
+    warm = caches.memory_time(np.array([0.0, 5.0]), acc, "warm")
+    assert warm.tolist() == pytest.approx([0.0, 5e-10], rel=REL)
+    assert warm[0] == 0.0
+    cold = caches.memory_time(np.array([0.0, 5.0]), acc, "cold")
+    assert cold[0] == 0.0 and cold[1] == pytest.approx(5e-9, rel=REL)
+    capacity, rates = caches.memory_pieces(acc, "cold")
+    assert capacity.tolist() == [0.0]
+    assert rates.tolist() == pytest.approx([1e-9], rel=REL)
+
+
+#: Specs with a single energy figure each (pJ), on HW's rates.
+DRAM_PJ = dataclasses.replace(HW, name="dram-pj", dram_pj_per_byte=10.0)
+TENSOR_PJ = dataclasses.replace(HW, name="tensor-pj", tensor_pj_per_flop={"fp16": 2.0})
+VECTOR_PJ = dataclasses.replace(HW, name="vector-pj",
+                                vector_pj_per_flop={"fp32": 1.0, "fp16": 1.0})
+
+
+def test_one_energy_figure_is_enough_to_price_energy():
+    """CHAIN at batch 1, unfused, scope gemm (fc alone). DRAM at 10 pJ/B: dense fc moves 256 B
+    of weights and 192 B of features, 448 x 10 pJ = 4.48e-9 J, the features' share 192 / 448;
+    under 2:4 (on the sparse tensor core) 128 B of values + 16 B of index + 191.5 B of features
+    = 335.5 B: 3.355e-9 J. Tensor cores at 2 pJ/FLOP: dense fc's 1024 FLOPs, 2.048e-9 J, no
+    feature energy. What is not priced is named: the sparse design's FLOPs run on the sparse
+    tensor core, unpriced, and so is the dense figure it falls back to."""
+    frame = evaluate_energy(CHAIN, [DRAM_PJ, TENSOR_PJ], "2:4", 1)
+    rows = {(r["hardware"], r["format"]): r for r in frame.to_dict("records")}
+    dense = rows[("dram-pj", "dense")]
+    assert dense["energy_j"] == pytest.approx(4.48e-9, rel=REL)
+    assert dense["energy_dram_j"] == pytest.approx(4.48e-9, rel=REL)
+    assert dense["energy_feature_share"] == pytest.approx(192 / 448, rel=REL)
+    assert dense["energy_unpriced"] == "tensor_pj_per_flop.fp16; onchip_pj_per_byte; " \
+        "static_power_w"
+    sparse = rows[("dram-pj", "2:4")]
+    assert sparse["energy_j"] == pytest.approx(3.355e-9, rel=REL)
+    assert sparse["energy_unpriced"] == "tensor_pj_per_flop.fp16; onchip_pj_per_byte; " \
+        "static_power_w; sparse_tensor_pj_per_flop.fp16 (dense tensor figure used)"
+    tensor = rows[("tensor-pj", "dense")]
+    assert tensor["energy_j"] == pytest.approx(2.048e-9, rel=REL)
+    assert tensor["energy_tensor_j"] == pytest.approx(2.048e-9, rel=REL)
+    assert tensor["energy_feature_share"] == 0.0
+    assert tensor["energy_unpriced"] == "dram_pj_per_byte; onchip_pj_per_byte; static_power_w"
+
+
+def test_a_design_of_no_priced_energy_has_no_feature_share_and_no_warning():
+    """Only the vector cores are priced, and fc (scope gemm) runs on the tensor cores: 0 J,
+    whose feature share is undefined (NaN), computed without a division by zero."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row = evaluate_energy(CHAIN, VECTOR_PJ, "dense", 1).iloc[0]
+    assert row["energy_j"] == 0.0
+    assert np.isnan(row["energy_feature_share"])
+
+
+def test_kv_cache_bytes_cross_the_chip_at_the_kv_dtype():
+    """The decode step of test_kv_cache_reads_are_priced_at_the_kv_dtype: 20 + 8 = 28 feature
+    elements a sample, 12 of them KV-cache keys. On chip at fp16 with fp32 keys: 2 x 28 +
+    (4 - 2) x 12 = 80 B a sample, 160 B at batch 2; with fp8 keys 56 - 12 = 44 B, 88 B."""
+    kv = Trace.from_records("kv", [8], [
+        _op("scores", "matmul", 2, 4, 2, 0, 20, 8, 0, False, ["input"])],
+        {"kv_read_by_op": {"scores": 12}})
+    for numerics, per_sample in ((Numerics(kv_dtype="fp32"), 80.0), (Numerics(kv_dtype="fp8"),
+                                                                     44.0)):
+        layers = evaluator.evaluate_layers(kv, HW, "dense", [1, 2], scope="all",
+                                           numerics=numerics)
+        traffic = op_traffic(layers, kv, numerics)
+        assert traffic["feature_onchip_bytes"].tolist() == [per_sample, 2 * per_sample]
+
+
+def test_designs_with_layers_defaults_and_index():
+    """Batch 1 by default; the layers of two fusion models, concatenated with a fresh index:
+    fc unfused (256 + 192) / 1e9 = 4.48e-7 s, fused (256 + 128) / 1e9 = 3.84e-7 s."""
+    trace, accs, designs, layers = designs_with_layers(CHAIN, HW, "dense",
+                                                       fusion=["unfused", "fused"])
+    assert trace is CHAIN and accs == [HW]
+    assert designs["batch"].tolist() == [1, 1]
+    assert layers["batch"].tolist() == [1, 1]
+    assert layers.index.tolist() == [0, 1]
+    assert layers["memory_s"].tolist() == pytest.approx([4.48e-7, 3.84e-7], rel=REL)
+    frames = evaluate_layer_frames(CHAIN, [HW], ["dense"], [1, 2], ["unfused", "fused"],
+                                   ["gemm"])
+    assert frames.index.tolist() == [0, 1, 2, 3]
+
+
+def test_op_figures_are_read_only():
+    """op_figures is cached per trace and shared: its arrays cannot be written."""
+    for values in op_figures(CHAIN).values():
+        with pytest.raises(ValueError, match="read-only"):
+            values[0] = values[0]
+
+
+#: HW with a sparse tensor core that runs nonzeros at half the dense rate.
+HALF_SPARSE = dataclasses.replace(HW, name="half-sparse",
+                                  sparse_tensor=SparseTensorCore(((2, 4),), 0.5))
+
+
+def test_sparse_tensor_rate_is_the_dense_rate_times_the_nonzero_rate():
+    """At nonzero_rate 0.5, 2:4's 512 useful FLOPs of fc run at 1e12 x 0.5 = 5e11 FLOP/s:
+    1.024e-9 s, the dense kernel's 1024 / 1e12; memory (144 + 191.5) / 1e9 still bounds it."""
+    p = evaluator.peaks(HALF_SPARSE)
+    assert [p.dram_bytes_per_s, p.tensor, p.sparse_tensor, p.csr, p.vector] \
+        == pytest.approx([1e9, 1e12, 5e11, 1e11, 1e11], rel=REL)
+    assert evaluator.peaks(HW).sparse_tensor == 1e12
+    for frame in (dse.evaluate(CHAIN, HALF_SPARSE, "2:4", 1),
+                  dse.evaluate_designs(CHAIN, HALF_SPARSE, "2:4", 1).frame()):
+        assert frame["compute_s"].tolist() == pytest.approx([1.024e-9, 1.024e-9], rel=REL)
+        assert frame["latency_s"].tolist() == pytest.approx([4.48e-7, 3.355e-7], rel=REL)
+
+
+def test_peaks_are_values():
+    """Peaks compare and hash by value (a roofline chart's roofs can key a table) and cannot
+    be changed."""
+    p = evaluator.peaks(HW)
+    assert p == evaluator.peaks(dataclasses.replace(HW, name="copy"))
+    assert {p: "hand"}[evaluator.peaks(HW)] == "hand"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.tensor = 0.0
+
+
+def test_label_column_is_categorical_by_default():
+    """names[codes]; names may repeat, and the categories are the distinct names."""
+    column = evaluator.label_column(np.array([0, 1, 2, 1]), ["b", "a", "b"])
+    assert isinstance(column, pd.Categorical)
+    assert list(column) == ["b", "a", "b", "a"]
+    assert list(column.categories) == ["a", "b"]
+    plain = evaluator.label_column(np.array([0, 1]), ["b", "a"], False)
+    assert plain.dtype == object and plain.tolist() == ["b", "a"]
+
+
+def test_a_grid_past_the_small_grid_path_gives_evaluates_rows():
+    """2 formats x 33 batches = 66 designs, more than SMALL_GRID_DESIGNS: evaluate_designs
+    takes the general path, whose frame is evaluate's (plain string labels)."""
+    assert 2 * 33 > evaluator.SMALL_GRID_DESIGNS
+    batches = list(range(1, 34))
+    frame = dse.evaluate_designs(CHAIN, HW, "2:4", batches).frame()
+    pd.testing.assert_frame_equal(frame, evaluator.evaluate(CHAIN, HW, "2:4", batches))
+    for column in ("model", "hardware", "format", "family", "fusion", "scope", "bound",
+                   "hw_fallback"):
+        assert not isinstance(frame[column].dtype, pd.CategoricalDtype), column
+    dense = frame[frame["format"] == "dense"]
+    assert dense["latency_s"].tolist() == pytest.approx(
+        [(256 + 192 * b) / 1e9 for b in batches], rel=REL)
+
+
+def test_the_largest_supported_batch_is_priced_and_one_more_is_refused():
+    """Dense fc at batch 2^24 (workloads.MAX_BATCH): (256 + 192 x 2^24) / 1e9 s."""
+    frame = dse.evaluate(CHAIN, HW, "dense", MAX_BATCH)
+    assert frame["latency_s"].tolist() == pytest.approx([(256 + 192 * 2**24) / 1e9], rel=REL)
+    with pytest.raises(dse.EvaluationError, match="above the largest supported"):
+        dse.evaluate(CHAIN, HW, "dense", MAX_BATCH + 1)
+
+
+@pytest.mark.parametrize("what", ["fusion", "scope"])
+def test_evaluate_designs_refuses_an_unknown_fusion_or_scope(what):
+    with pytest.raises(dse.EvaluationError, match=f"unknown {what} 'bogus'"):
+        dse.evaluate_designs(CHAIN, HW, "dense", 1, **{what: "bogus"})
+
+
+def test_grid_labels_of_a_pricing_that_is_gone_are_not_read(monkeypatch):
+    """A cached entry of the small-grid labels whose pricing is gone (its id perhaps reused by
+    a new one, here of the same trace, hardware and grid shape but another format) is never
+    read: the labels are built again."""
+    monkeypatch.setattr(evaluator, "_GRID_LABELS", {})
+    dse.evaluate_designs(CHAIN, HW, "2:4", 1)
+    ((key, _),) = evaluator._GRID_LABELS.items()
+    other = dse.evaluate_designs(CHAIN, HW, "2:8", 1).frame()
+    assert other["format"].tolist() == ["dense", "2:8"]
+    stale = next(v for k, v in evaluator._GRID_LABELS.items() if k != key)[1]
+
+    class Gone:
+        pass
+
+    evaluator._GRID_LABELS[key] = (weakref.ref(Gone()), stale)
+    again = dse.evaluate_designs(CHAIN, HW, "2:4", 1).frame()
+    assert again["format"].tolist() == ["dense", "2:4"]
+    assert again["latency_s"].tolist() == pytest.approx([4.48e-7, 3.355e-7], rel=REL)
+
+
+def test_at_a_tie_the_hardware_falls_back_to_dense():
+    """Without a sparse tensor core, 2:4's fc runs dense (1024 FLOPs on tensor cores of 2^30
+    FLOP/s) or CSR (512 FLOPs on vector cores of 2^29 FLOP/s): 2^-20 s either way, with
+    DRAM of 2^40 B/s far below (at most 611.5 B, under 2^-30 s). CSR is taken only where it
+    is faster, so at the tie the design runs dense, on the tensor cores."""
+    tie = Accelerator(name="tie", description="", dram_bandwidth_bytes_per_s=2.0**40,
+                      tensor_flops_per_s={"fp16": 2.0**30},
+                      vector_flops_per_s={"fp32": 2.0**29, "fp16": 2.0**29},
+                      block_sparse=BlockSparse(True, 1))
+    for frame in (dse.evaluate(CHAIN, tie, "2:4", [1, 2]),
+                  dse.evaluate_designs(CHAIN, tie, "2:4", [1, 2]).frame()):
+        assert frame["latency_s"].tolist() == [2.0**-20, 2.0**-19] * 2
+        assert frame["hw_fallback"].tolist() == ["", "", "dense", "dense"]
+    layers = evaluator.evaluate_layers(CHAIN, tie, "2:4", 1)
+    row = layers[layers["format"] == "2:4"].iloc[0]
+    assert (row["fallback"], row["unit"], row["compute_s"]) == ("hw:dense", "tensor", 2.0**-20)
+
+
+def test_a_designs_row_is_the_last_by_default():
+    """With one format asked for, row() is the sparse design (the dense baseline is row 0):
+    2:4 fc at batch 1, (144 + 191.5) / 1e9 s."""
+    designs = dse.evaluate_designs(CHAIN, HW, "2:4", 1)
+    row = designs.row()
+    assert row["format"] == "2:4"
+    assert row["latency_s"] == pytest.approx(3.355e-7, rel=REL)
+    assert designs.row(0)["format"] == "dense"
+
+
+def test_the_design_index_is_read_only():
+    """Problem.design_index's arrays are cached per grid shape and shared: read-only."""
+    problem = evaluator.prepare(CHAIN, HW, "2:4", [1, 2], Numerics())
+    h, f, b = problem.design_index()
+    assert (h.tolist(), f.tolist(), b.tolist()) == ([0, 0, 0, 0], [0, 0, 1, 1], [0, 1, 0, 1])
+    for values in (h, f, b):
+        with pytest.raises(ValueError, match="read-only"):
+            values[0] = values[0]
+
+
+def test_numpy_only_never_calls_the_compiled_kernels(monkeypatch):
+    """Inside numpy_only() (on by default), a grid of 10,000 designs x 2 ops (20,000 op
+    evaluations, not below NUMPY_MAX_OP_EVALS) is priced in numpy: the compiled kernels are
+    never called, and the per-op costs are those by hand."""
+    def compiled(*args):
+        raise AssertionError("a compiled kernel was called")
+
+    for name in ("_per_op_serial", "_per_op_parallel", "_design_totals_serial",
+                 "_design_totals_parallel"):
+        monkeypatch.setattr(kernels, name, compiled)
+    ft, fs, fc, wb, fu, ff, vflops = _arrays()
+    batches = np.ones(10_000)
+    assert 2 * len(batches) >= kernels.NUMPY_MAX_OP_EVALS
+    with kernels.numpy_only():
+        out = kernels.per_op(_HW[:1], np.zeros(10_000, dtype=np.int64), batches, ft, fs, fc, wb,
+                             fu, ff, vflops)
+        totals = kernels.design_totals(_HW[:1], np.array([[True]]), np.array([1]), batches, ft,
+                                       fs, fc, wb, fu, ff, vflops)
+    c, m, _, _, _ = _per_op_by_hand(0, 0, 1.0)
+    np.testing.assert_allclose(out[0][-1], c, rtol=REL)
+    np.testing.assert_allclose(out[1][-1], m, rtol=REL)
+    assert totals[-1, 0, kernels.T_MEMORY_UNFUSED] == pytest.approx(m.sum(), rel=REL)
+
+
+def test_outside_numpy_only_the_totals_run_compiled(monkeypatch):
+    """By default (no numpy_only block) design_totals runs the compiled kernel: the serial one
+    for a grid of 4 designs x 2 ops, far below PARALLEL_MIN_OP_EVALS."""
+    sentinel = np.zeros((4, 2, kernels.TOTAL_COLUMNS))
+    monkeypatch.setattr(kernels, "_design_totals_serial", lambda *args: sentinel)
+    ft, fs, fc, wb, fu, ff, vflops = _arrays()
+    totals = kernels.design_totals(_HW, np.array([[True], [False]]), np.array([1]), _BATCHES,
+                                   ft, fs, fc, wb, fu, ff, vflops)
+    assert totals is sentinel
