@@ -8,8 +8,9 @@ import pytest
 
 import workloads
 from dse import api
-from dse.calibrate.predictor import CalibrationError, load_predictors
+from dse.calibrate.predictor import load_predictors
 from dse.calibrate.validate import BackendError, _model_sums, torch_ran
+from dse.roofline import EvaluationError
 from tests.cli_run import run_cli
 
 
@@ -69,7 +70,8 @@ def test_language_models_are_refused(h100):
     from workloads.llm import llm_trace, load_llm_config
 
     trace = llm_trace(load_llm_config("llama-3-8b"), "decode", 128)
-    with pytest.raises(CalibrationError, match="timm models only"):
+    with pytest.raises(EvaluationError, match="language model's step; what torch runs was "
+                       "measured for timm models only"):
         api.expected_ops(trace, "h100-sxm", ["2:4"], [1], h100, "all", backend="torch")
 
 

@@ -25,14 +25,14 @@ import pandas as pd
 def selection_table(predictions: pd.DataFrame) -> pd.DataFrame:
     """Per family (and ``all``), the share within +-10% for each criterion, flat and nested;
     the last row ``median |error|`` over all configurations."""
-    from dse.calibrate.validate import CRITERIA, _chosen_column, choose_methods, held_out_column
+    from dse.calibrate.validate import CRITERIA, choose_methods, chosen_column, held_out_column
 
     columns = {}
     measured = predictions["time_s"].to_numpy()
     keys = predictions["key"].astype(str).to_numpy()
     for criterion in CRITERIA:
         chosen = choose_methods(predictions, criterion=criterion)
-        for label, predicted in (("flat", _chosen_column(predictions, chosen)),
+        for label, predicted in (("flat", chosen_column(predictions, chosen)),
                                  ("nested", held_out_column(predictions, chosen,
                                                             criterion=criterion))):
             error = np.abs(predicted / measured - 1.0)

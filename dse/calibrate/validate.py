@@ -34,7 +34,7 @@ from .predictor import (
 )
 
 __all__ = ["CRITERIA", "CRITERION", "DeviceRows", "agreeing_folds", "best_of", "calibrate",
-           "choose_methods", "cross_validate", "held_out_column", "nested_choices",
+           "chosen_column", "choose_methods", "cross_validate", "held_out_column", "nested_choices",
            "nested_column",
            "held_out_models", "model_shapes", "with_in_sample",
            "device_rows", "error_summary", "fit_context", "noise_floor", "speedup_summary",
@@ -339,7 +339,7 @@ def nested_column(predictions: pd.DataFrame,
     return out
 
 
-def _chosen_column(frame: pd.DataFrame, chosen: dict[str, str]) -> np.ndarray:
+def chosen_column(frame: pd.DataFrame, chosen: dict[str, str]) -> np.ndarray:
     """Each row's prediction by its family's method in ``chosen`` (one choice for every row:
     not nested, see :func:`held_out_column`)."""
     out = np.full(len(frame), np.nan)
@@ -355,7 +355,7 @@ def held_out_column(predictions: pd.DataFrame, chosen: dict[str, str],
     """The held-out prediction validation reports for each row: with folds (``fold``), by
     the method chosen without the row's fold (:func:`nested_column`), else by ``chosen``."""
     if "fold" not in predictions:
-        return _chosen_column(predictions, chosen)
+        return chosen_column(predictions, chosen)
     return nested_column(predictions, nested_choices(predictions, margin, criterion))
 
 
