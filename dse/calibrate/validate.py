@@ -567,7 +567,10 @@ def calibrate(data: DeviceRows, predictions: pd.DataFrame, seed: int = 0,
                             "the implementation as a feature (impl) or the fastest measured "
                             "implementation only (best), as validated",
                   "selection": f"per family the method of the best held-out {criterion} "
-                               "(time must beat fraction by 10%) over every fold; the "
+                               + ("" if criterion != "within_10" else
+                                  f"among the methods whose RMSPE is within "
+                                  f"{FAR_MISS_GUARD:g}x of the family's best ")
+                               + "(time must beat fraction by 10%) over every fold; the "
                                "validated figures choose it per fold without that fold "
                                "(nested)"}
     if data.residual != "trees":
