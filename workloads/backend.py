@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from .trace import Trace
 
 __all__ = ["AttentionRegion", "STRIDED", "attention_regions", "fuse_attention",
-           "torch_cpu_dense_linears", "torch_cpu_sparse_linears", "torch_math_attention",
+           "torch_cpu_sparse_linears", "torch_math_attention",
            "torch_run_unknown", "torch_strided_adds"]
 
 
@@ -276,30 +276,6 @@ def torch_cpu_sparse_linears(trace: Trace) -> Trace:
             rename[name] = bias["name"]
     return _rebuild(trace, out, "the ops around torch's CPU sparse linears (zero fill, bias "
                                 "add, input copy): workloads.backend.torch_cpu_sparse_linears")
-
-
-def torch_cpu_dense_linears(trace: Trace) -> Trace:
-    """``trace`` with the op a CPU whole model runs before each dense linear with a bias:
-    ``F.linear`` runs ``aten::addmm``, which first copies the bias, broadcast, into its fresh
-    M x N output (``aten::copy_`` of [N, M] per linear,
-    ``benchmarks/cpu/results/profile_model_ops.csv``: Mixer-S/16's 24 biased linears at batch
-    8) and then accumulates the product onto it; the GEMMs the predictors learned write into a
-    preallocated output (``torch.mm(..., out=)``). Each such linear gets ``NAME.bias_fill``
-    (a copy: kind ``other``, writing the output, reading the bias) before it. A linear whose
-    bias the trace holds as an add of its own (``vector_flops`` 0: a linear over a transposed
-    input, which torch runs as ``mm`` then ``add_``) has no fill."""
-    records = trace.to_json()["ops"]
-    biased = {r["name"] for r in records if r["kind"] == "linear" and r["vector_flops"] > 0}
-    if not biased:
-        return trace
-    out = []
-    for r in records:
-        if r["name"] in biased:
-            out.append(_vector(f"{r['name']}.bias_fill", "other", r["m"], r["output_elems"],
-                               0.0, r["producers"]))
-        out.append(r)
-    return _rebuild(trace, out, "the bias copies of torch's CPU addmm before each dense "
-                                "linear: workloads.backend.torch_cpu_dense_linears")
 
 
 #: The name suffix of a binary elementwise op that reads a transposed view
