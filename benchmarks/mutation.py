@@ -162,6 +162,39 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "for name, keep in zip(names, _threshold_keep(scores, fmt.sparsity), strict=True):",
      "True -> False"):
         "zip(strict=False): the names and their masks come from the same list",
+    ("formats/masks.py",
+     "for name, keep in zip(names, _layerwise_keep(norms, fmt.sparsity), strict=True):",
+     "True -> False"):
+        "zip(strict=False): _layerwise_keep returns one mask per score, in the names' order",
+    ("formats/masks.py", "for score, count in zip(scores, counts, strict=True):",
+     "True -> False"):
+        "zip(strict=False): counts is built with one entry per score",
+    ("formats/masks.py",
+     "keep_flat[flat.argsort(descending=True, stable=True)[:n_keep]] = True",
+     "True -> False #2"):
+        "argsort(stable=False): torch's CPU sort keeps ties in order at these sizes "
+        "(tests/test_formats_by_hand.py checks ties)",
+    ("formats/masks.py", "if n_keep > 0:", "> -> >="):
+        "at n_keep = 0 the guarded line keeps argsort(...)[:0], nothing, as skipping it does",
+    # kept_share's closed branch: q >= 1 is 1.0 whatever the clip's top or the inner value.
+    ("formats/base.py",
+     "q = np.clip(np.asarray(keep_probability, dtype=np.float64), 0.0, 1.0)", "1.0 -> 2.0"):
+        "a q clipped to at most 2.0 instead of 1.0 is >= 1 either way, and q >= 1 gives 1.0",
+    # The unit codes are compared only as Unit members (dse/roofline/pricing.py); no kernel
+    # or file holds the number 2.
+    ("formats/base.py", "VECTOR = 2  #: vector (CUDA) cores: unstructured CSR", "2 -> 3"):
+        "the codes are used only through the Unit members, and 3 is still distinct",
+    # x * np.ones(shape) broadcasts x to the shape; x / np.ones(shape) is the same array.
+    ("formats/block.py",
+     "return kept_share(d, np.divide(m, self.block)) * np.ones(np.broadcast(m, k).shape)",
+     "* -> /"):
+        "dividing by an array of ones broadcasts as multiplying by it",
+    ("formats/nm.py",
+     "return kept_share(self.n / self.m, m) * np.ones(np.broadcast(m, k).shape)", "* -> /"):
+        "dividing by an array of ones broadcasts as multiplying by it",
+    ("formats/unstructured.py",
+     "return kept_share(d, m) * np.ones(np.broadcast(m, k).shape)", "* -> /"):
+        "dividing by an array of ones broadcasts as multiplying by it",
     # dse/calibrate/features.py: tile is a whole number >= 1 (check_predictor_document), shapes
     # are whole numbers, and a dataset's columns are strings and numbers (dataset.SCHEMA).
     ("dse/calibrate/features.py", "rows = np.where(gemm, m, 1.0)", "1.0 -> 2.0"):

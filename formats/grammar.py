@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from .base import Format, FormatError
-from .block import Block
+from .block import MAX_BLOCK, Block
 from .dense import Dense
 from .nm import MAX_M, NM, RULE
 from .unstructured import Unstructured
@@ -68,9 +68,9 @@ def parse(spec: str | Format) -> Format:
         return NM(n, m)
     if match := _BLOCK.match(text):
         block = _whole(match.group(1))
-        if not 1 <= block <= 64:
+        if not 1 <= block <= MAX_BLOCK:
             raise FormatError(f"format {spec!r}: block size {match.group(1)} is out of range; "
-                              "use 1 to 64")
+                              f"use 1 to {MAX_BLOCK}")
         return Block(block, _sparsity(match.group(2), spec))
     if match := _UNSTRUCTURED.match(text):
         return Unstructured(_sparsity(match.group(1), spec))

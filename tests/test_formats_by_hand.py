@@ -188,3 +188,108 @@ def test_an_empty_layer_takes_no_block():
     empty, full = _layerwise_keep([torch.ones(0), torch.arange(10.0)], 0.5)
     assert empty.numel() == 0
     assert torch.nonzero(full).flatten().tolist() == [5, 6, 7, 8, 9]
+
+
+# The full mutation run of 2026-11-27 (benchmarks/results/mutation_formats.jsonl): each test
+# below kills survivors of `python -m benchmarks.mutation --module formats`.
+
+
+def test_kept_share_of_sure_slots_warns_of_nothing():
+    """q = 1 (a dense layer's share) takes the closed branch: no log(0) is ever evaluated, so no
+    divide-by-zero warning reaches a user (nor a NaN at zero slots)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shares = kept_share(np.array([0.5, 1.0, 1.0]), np.array([2, 3, 0]))
+    np.testing.assert_array_equal(shares, [0.75, 1.0, 1.0])
+
+
+def test_the_largest_block_is_the_last_taken():
+    """Blocks of 1 to 64: the grammar and the constructor refuse 65 with one message."""
+    assert formats.parse("block64@50%").block == 64
+    for make in (lambda: formats.parse("block65@50%"), lambda: formats.Block(65, 0.5)):
+        with pytest.raises(formats.FormatError, match="use 1 to 64"):
+            make()
+
+
+def test_dense_applies_to_every_shape():
+    shapes = formats.parse("dense").applies_to(np.array([1, 7, 4096]), np.array([3, 1, 64]))
+    assert shapes.tolist() == [True, True, True]
+
+
+def test_a_sparsity_of_100_percent_is_refused_as_the_user_wrote_it():
+    for spec, written in (("csr@100%", "100%"), ("block4@1", "1"), ("unstructured@1.0", "1.0")):
+        with pytest.raises(formats.FormatError, match=f"sparsity {written} is outside"):
+            formats.parse(spec)
+
+
+def test_only_a_block_or_unstructured_spec_without_a_sparsity_gets_the_hint():
+    with pytest.raises(formats.FormatError, match="need a sparsity"):
+        formats.parse("block4")
+    for spec in ("blocky@50%x", "3:4:5", "csr@"):
+        with pytest.raises(formats.FormatError) as err:
+            formats.parse(spec)
+        assert "need a sparsity" not in str(err.value)
+
+
+def test_a_sparsity_that_is_not_a_number_is_a_format_error():
+    """Not a TypeError from comparing a string with 0.0: one clear message."""
+    for value in ("0.5", None, True, float("nan")):
+        with pytest.raises(formats.FormatError, match="is not a number"):
+            formats.Block(4, value)
+
+
+def test_a_prunable_weight_is_read_only_and_its_k_is_a_row_s_size():
+    torch = pytest.importorskip("torch")
+    import dataclasses
+
+    from formats.masks import PrunableWeight
+
+    one_row = PrunableWeight(torch.zeros(1, 3, 2, 2))  # C_out 1: K = 3 * 2 * 2
+    assert (one_row.m, one_row.k) == (1, 12)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        one_row.groups = 2
+
+
+def test_nm_masks_keep_the_n_largest_magnitudes_of_each_run():
+    torch = pytest.importorskip("torch")
+    from formats.masks import PrunableWeight, global_masks
+
+    w = torch.tensor([[0.1, -4.0, 3.0, 0.2, 5.0, 0.0, -0.3, 1.0]])
+    keep = global_masks({"fc": PrunableWeight(w)}, formats.parse("2:4"))["fc"]
+    assert keep.tolist() == [[False, True, True, False, True, False, False, True]]
+
+
+def test_unstructured_keeps_exactly_the_largest_when_one_weight_is_left():
+    """At 75% of four weights one is kept (n_keep = 1): the largest magnitude, not none."""
+    torch = pytest.importorskip("torch")
+    from formats.masks import PrunableWeight, global_masks
+
+    w = torch.tensor([[0.5, -2.0], [1.0, 0.25]])
+    keep = global_masks({"fc": PrunableWeight(w)}, formats.parse("csr@75%"))["fc"]
+    assert keep.tolist() == [[False, True], [False, False]]
+
+
+def test_block_counts_go_to_the_largest_remainder():
+    """block1 at 70% over layers of 6 and 14 weights: ideal 1.8 and 4.2 kept, floors 1 and 4,
+    one spare (6 of 20 in all) to the larger remainder (0.8): 2 and 4 kept, the largest of each."""
+    torch = pytest.importorskip("torch")
+    from formats.masks import PrunableWeight, global_masks
+
+    weights = {"a": PrunableWeight(torch.arange(1.0, 7.0).reshape(2, 3)),
+               "b": PrunableWeight(torch.arange(1.0, 15.0).reshape(2, 7))}
+    masks = global_masks(weights, formats.parse("block1@70%"))
+    assert torch.nonzero(masks["a"].flatten()).flatten().tolist() == [4, 5]
+    assert torch.nonzero(masks["b"].flatten()).flatten().tolist() == [10, 11, 12, 13]
+
+
+def test_an_nm_mask_may_keep_fewer_than_n():
+    """N:M allows at most N a run: a 2:4 mask keeping one weight per run meets the format (the
+    kept-share check is for blocks and unstructured masks only)."""
+    torch = pytest.importorskip("torch")
+    from formats.masks import PrunableWeight, mask_violations
+
+    keep = torch.tensor([[True, False, False, False, False, False, True, False]])
+    w = PrunableWeight(torch.where(keep, 1.0, 0.0))
+    assert mask_violations({"fc": w}, formats.parse("2:4"), {"fc": keep}) == []
