@@ -33,8 +33,15 @@ def check_output_path(path: Path, suffixes: tuple[str, ...] = SUFFIXES,
                       option: str = "--out") -> Path:
     """Fail early, before any work, when ``path`` cannot take a result file; errors name
     ``option``."""
+    if not path.suffix:  # "x", or ".toml": a leading dot belongs to the name, not a type
+        bare = path.name.lstrip(".")
+        example = path.with_name(("out" if not bare or f".{bare.lower()}" in suffixes
+                                  else bare) + suffixes[0]) if path.name else Path(
+                                      "out" + suffixes[0])
+        raise OutputError(f"{option} {path}: the file name has no type; give a name ending "
+                          f"in {', '.join(suffixes)}, e.g. {option} {example}")
     if path.suffix.lower() not in suffixes:
-        raise OutputError(f"{option} {path}: unknown file type {path.suffix or '(none)'!r}; "
+        raise OutputError(f"{option} {path}: unknown file type {path.suffix!r}; "
                           f"use one of {', '.join(suffixes)}")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():

@@ -327,14 +327,11 @@ def test_hw_probe_refuses_an_option_given_twice(twice, no_probe, tmp_path, monke
 
 
 def test_hw_probe_applies_its_defaults(monkeypatch):
-    import argparse
+    from dse.cli.main import build_parser
 
-    from dse.cli.hw import _probe_defaults
-
-    args = argparse.Namespace(device=None, out=None, name=None, repeats=None, wait_idle=None)
-    _probe_defaults(args)
-    assert vars(args) == {"device": "cpu", "out": Path("host.toml"), "name": "host",
-                          "repeats": 7, "wait_idle": 0.0}
+    args = build_parser("hw").parse_args(["hw", "probe"])
+    assert (args.device, args.out, args.name, args.repeats, args.wait_idle) == (
+        "cpu", Path("host.toml"), "host", 7, 0.0)
 
 
 # --- 6. the mutation benchmark's journal ------------------------------------------------------

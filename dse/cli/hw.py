@@ -9,7 +9,6 @@ from .commands import help_of
 from .options import (
     MAX_WAIT_S,
     InputError,
-    Once,
     Parser,
     add_set_option,
     check_outputs,
@@ -54,19 +53,17 @@ def add_parsers(commands) -> None:
                     "'sparsity-dse[export]'.",
         epilog="Then: dse evaluate --hw host.toml --dtype tf32 --vector-dtype fp32 ... (a CPU "
                "spec has no fp16 rate unless the CPU runs fp16 natively).")
-    # Each option takes one value (Once): given twice, argparse kept the last and dropped the
-    # first without a word (--out a.toml --out b.toml wrote b.toml only). The defaults are
-    # applied in _cmd_hw_probe, so that a first value equal to one is refused too.
-    hw_probe.add_argument("--device", choices=("cpu", "cuda"), default=None, action=Once,
+    # Each option takes one value: Parser refuses a second, different one.
+    hw_probe.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                           help="what to probe (default cpu)")
-    hw_probe.add_argument("--out", type=path_value, default=None, metavar="FILE.toml",
-                          action=Once, help="spec to write (default host.toml)")
-    hw_probe.add_argument("--name", default=None, type=identifier("a spec name"), action=Once,
+    hw_probe.add_argument("--out", type=path_value, default=Path("host.toml"),
+                          metavar="FILE.toml", help="spec to write (default host.toml)")
+    hw_probe.add_argument("--name", default="host", type=identifier("a spec name"),
                           help="the spec's name (default host; not a catalog spec's name)")
-    hw_probe.add_argument("--repeats", type=integer(3, 1000), default=None, metavar="N",
-                          action=Once, help="repeats per figure, at least 3 (default 7)")
-    hw_probe.add_argument("--wait-idle", type=number(0.0, MAX_WAIT_S, unit=" s"), default=None,
-                          metavar="SECONDS", action=Once,
+    hw_probe.add_argument("--repeats", type=integer(3, 1000), default=7, metavar="N",
+                          help="repeats per figure, at least 3 (default 7)")
+    hw_probe.add_argument("--wait-idle", type=number(0.0, MAX_WAIT_S, unit=" s"), default=0.0,
+                          metavar="SECONDS",
                           help="first wait up to this long for other processes to leave the "
                                "cores alone (default 0)")
     hw_probe.set_defaults(run=_cmd_hw_probe)
@@ -174,16 +171,12 @@ def _in_short(acc) -> str:
     return "; ".join(parts)
 
 
-def _probe_defaults(args: argparse.Namespace) -> None:
-    """The defaults of the options not given, and --name checked against the catalog: a probe
+def _check_probe_name(args: argparse.Namespace) -> None:
+    """--name checked against the catalog: a probe
     named ``a100`` labelled every row and chart of its figures as the catalog's A100
     (``dse compare --hw a100,host.toml`` showed two a100 rows), exit 0."""
     import accelerator_models
 
-    for dest, default in (("device", "cpu"), ("out", Path("host.toml")), ("name", "host"),
-                          ("repeats", 7), ("wait_idle", 0.0)):
-        if getattr(args, dest) is None:
-            setattr(args, dest, default)
     taken = {n.lower(): n for n in accelerator_models.catalog_names()}
     taken.update({a.lower(): f"an alias of {n}" for a, n in accelerator_models.aliases().items()})
     if args.name.lower() in taken:
@@ -199,7 +192,7 @@ def _cmd_hw_probe(args: argparse.Namespace) -> int:
     from ..measure.probe import probe, probe_spec_toml
     from ..output import write_atomic
 
-    _probe_defaults(args)
+    _check_probe_name(args)
     check_outputs(files=[("--out", args.out, (".toml",))])
     result = probe(args.device, args.repeats, progress=StatusLine("probed", "figures"),
                    wait_idle_s=args.wait_idle)

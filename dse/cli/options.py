@@ -299,22 +299,6 @@ LAUNCH_RULE = "a finite number of seconds >= 0 and <= 1 (0 = no launch cost)"
 # --- design ---------------------------------------------------------------------------------------
 
 
-class Once(argparse.Action):
-    """An option of one value (``--phase``, ``--context``, ``--dtype``, ...): given again with
-    another value it is refused, where argparse would keep the last and drop the first without
-    a word (``--phase decode --context 128 --phase prefill --context 64`` evaluated only the
-    prefill). The same value again is harmless. A first value equal to the default cannot be
-    told from no value."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        before = getattr(namespace, self.dest, None)
-        if before is not None and before != self.default and before != values:
-            raise argparse.ArgumentError(
-                self, f"given twice ({before} and {values}): it takes one value a run; keep "
-                      "one, or run dse once for each")
-        setattr(namespace, self.dest, values)
-
-
 @dataclass(frozen=True)
 class Default:
     """What an optional design option stands for when not given, and how its help says it."""
@@ -330,8 +314,9 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
                        fusion: bool = True, numerics: bool = True,
                        quantisation: bool = False) -> None:
     """``--model --hw --set --format --batch --fusion --scope`` and the numerics options on
-    ``p``. ``single``: the options of which this command takes one value (the last given, as
-    for any option given twice; one ``--hw`` naming several is refused). A :class:`Default`
+    ``p``. ``single``: the options of which this command takes one value (the last given of
+    these repeatable options; one ``--hw`` naming several is refused; every option of one value
+    refuses a second, different one: :class:`.parser.Parser`). A :class:`Default`
     makes the option optional (:func:`design_from_args` applies it) and its help says so.
     ``fusion=False`` leaves out ``--fusion`` and ``--scope``, ``numerics=False`` the numerics
     options, for commands whose designs do not have them (``dse measure`` times kernels);
@@ -349,10 +334,10 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
                    help="shipped trace name or alias (`dse workloads list`) or a trace .json; "
                         "or a language model, shipped or a config.json, with --phase and "
                         "--context" + said(models))
-    g.add_argument("--phase", choices=PHASES, action=Once,
+    g.add_argument("--phase", choices=PHASES,
                    help="language models (dse workloads list): prefill (--context prompt "
                         "tokens per request) or decode (one new token per request)")
-    g.add_argument("--context", type=positive_int, metavar="TOKENS", action=Once,
+    g.add_argument("--context", type=positive_int, metavar="TOKENS",
                    help="language models: prompt tokens (prefill) or the context length the "
                         "new token attends to (decode)")
     g.add_argument("--hw", dest="hardware", action="append", required=hardware is None,
@@ -373,7 +358,7 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
                        metavar="{" + ",".join(fusion_models()) + "}",
                        help="fusion model (default unfused); rules:NAME fuses only the op-kind "
                             "pairs a shipped rule table lists (`dse fusion-rules`)")
-        g.add_argument("--scope", choices=SCOPES, action=Once,
+        g.add_argument("--scope", choices=SCOPES,
                        help="gemm: prunable weight GEMMs only; all: every op (default gemm; "
                             "all for language models, whose attention reads the KV cache)")
     if numerics:
@@ -398,37 +383,33 @@ def add_numerics_options(p: argparse.ArgumentParser, quantisation: bool = False)
     """``--dtype --vector-dtype --csr-dtype --index-bytes``; with ``quantisation``, also
     ``--weight-dtype --weight-group-size --kv-dtype``."""
     g = p.add_argument_group("numerics")
-    g.add_argument("--dtype", default=None, type=nonempty_text("a dtype, e.g. fp16"), action=Once,
+    g.add_argument("--dtype", default=None, type=nonempty_text("a dtype, e.g. fp16"),
                    help="tensor-core dtype; values and features are stored in it (default "
                         "fp16, or where a spec has no fp16 rate, such as a probed CPU, the "
                         "first of bf16 and tf32 it has, said in the output)")
     g.add_argument("--vector-dtype", default=None, type=nonempty_text("a dtype, e.g. fp16"),
-                   action=Once,
                    help="dtype of elementwise ops on the vector cores (default fp16, or fp32 "
                         "where a spec has no fp16 vector rate)")
     # Both default to None so that a value given where no format reads it can be refused
     # (refuse_unread_numerics); numerics_from_args applies the defaults.
     g.add_argument("--csr-dtype", default=None, type=nonempty_text("a dtype, e.g. fp32"),
-                   action=Once,
                    help="dtype of CSR kernels on the vector cores (default fp32: sparse "
                         "libraries accumulate in FP32); read by unstructured formats and by "
                         "sparse formats the hardware lacks (run as CSR)")
     g.add_argument("--index-bytes", type=integer(1, 8, "1, 2, 4 or 8"), default=None,
-                   action=Once,
                    help="CSR/BSR index width in bytes (default 4); read by block and "
                         "unstructured formats and by sparse formats the hardware lacks")
     if not quantisation:
         return
-    g.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, action=Once,
+    g.add_argument("--weight-dtype", choices=WEIGHT_DTYPES,
                    help="weight-only quantisation of the linear layers' weights (the LM head "
                         "included): values in this dtype plus fp16 scales (int4: one per group "
                         "of --weight-group-size along K; int8, fp8: one per output channel); "
                         "activations, the KV cache and FLOPs stay in --dtype (default: --dtype)")
     g.add_argument("--weight-group-size", type=integer(1, MAX_WEIGHT_GROUP), metavar="G",
-                   action=Once,
                    help="quantisation group along K: one fp16 scale per G weights of a row "
                         f"(default {DEFAULT_INT4_GROUP} for int4, per channel for int8 and fp8)")
-    g.add_argument("--kv-dtype", choices=DTYPES, action=Once,
+    g.add_argument("--kv-dtype", choices=DTYPES,
                    help="dtype of a language model's KV cache: its read in decode, its size "
                         "in the memory fit (default: --dtype)")
 
@@ -742,7 +723,7 @@ def design_from_args(args: argparse.Namespace) -> Design:
              "--batch": args.batches, "--fusion": getattr(args, "fusions", None)}
     defaults = {o: list(d.values) if d is not None else []
                 for o, d in args.design_defaults.items()}
-    # Where a command takes one value, the last one given wins, as for any option given twice.
+    # Where a command takes one value of these repeatable options, the last one given wins.
     last = {o: (v[-1:] if v and o in single else v) or defaults.get(o, [])
             for o, v in given.items()}
     names = _unique(h.strip() for v in last["--hw"] for h in v.split(",") if h.strip())

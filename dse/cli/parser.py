@@ -21,6 +21,22 @@ class Parser(argparse.ArgumentParser):
     a value one of the typed options (:mod:`.options`) refuses reads ``--option VALUE: the
     fix``."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+        self._given: dict[str, object] = {}  # dest -> the value given, for one parse
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        # the record of the values given lives on the parser, not in the namespace (which
+        # vars(args) and the recorded command line read), and is kept for one parse; a
+        # subcommand's parser keeps its own
+        self._given = {}
+        try:
+            return super().parse_known_args(args, namespace)
+        finally:
+            self._given = {}
+
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}{_suggestion(message)} "
                      f"(see {self.prog} --help)\n")
@@ -35,6 +51,27 @@ class Parser(argparse.ArgumentParser):
             name = max(action.option_strings, key=len) if action.option_strings \
                 else (action.metavar or action.dest)
             raise argparse.ArgumentError(None, f"{name} {refusal}") from None
+
+
+class _StoreOnce(argparse._StoreAction):
+    """argparse's store of one value, refusing a second, different value of the option:
+    argparse keeps the last and drops the first without a word (``--out a.csv --out b.csv``
+    wrote b.csv only; ``--phase decode --phase prefill`` evaluated the prefill). The same
+    value again is harmless. Every :class:`Parser` stores its options of one value with it, a
+    first value equal to the default included; options meant to repeat (append, count,
+    flags) are not store actions and are untouched."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = getattr(parser, "_given", None)
+        if self.option_strings and self.nargs in (None, "?") and isinstance(given, dict):
+            if self.dest in given and given[self.dest] != values:
+                from search.credentials import mask_credentials  # re only; a URL's password
+
+                raise argparse.ArgumentError(self, mask_credentials(
+                    f"given twice ({given[self.dest]} and {values}): it takes one value a "
+                    "run; keep one, or run dse once for each"))
+            given[self.dest] = values
+        super().__call__(parser, namespace, values, option_string)
 
 
 def _suggestion(message: str) -> str:
