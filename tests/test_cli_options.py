@@ -11,7 +11,7 @@ import pytest
 
 from dse.cli import main
 from dse.cli.main import build_parser
-from dse.cli.options import design_from_args
+from dse.cli.options import InputError, design_from_args
 
 #: Each command with the design options: its argv up to them, its own required options, and
 #: whether it takes one design (simulate) or one --hw (the study).
@@ -25,12 +25,20 @@ COMMANDS = {
 }
 BASE = ["--model", "toy_hybrid", "--hw", "a100", "--format", "2:4"]
 SINGLE_HW = {"simulate", "study"}
+#: The repeatable design options each command takes one value of (a second is refused).
+SINGLE = {"simulate": {"--model", "--hw", "--format", "--batch", "--fusion"},
+          "report": {"--fusion"}, "study": {"--hw", "--fusion"}}
 
 
 def _argv(command: str, tmp_path, *extra: str) -> list[str]:
+    """The command with BASE's design, where extra gives one of its options of one value in
+    place of BASE's."""
     head, own = COMMANDS[command]
     own = [a.replace("{tmp}", str(tmp_path)) for a in own]
-    return [*head, *BASE, *own, *extra]
+    replaced = set(extra) & SINGLE.get(command, set())
+    base = [a for pair in zip(BASE[::2], BASE[1::2], strict=True) if pair[0] not in replaced
+            for a in pair]
+    return [*head, *base, *own, *extra]
 
 
 def _design(command, tmp_path, *extra):
@@ -57,14 +65,18 @@ def test_the_same_spellings_mean_the_same(command, tmp_path):
     assert d.hardware[0].dram_bandwidth_bytes_per_s == 2e12
     assert d.hardware[0].name == "a100-40gb[dram_bandwidth_bytes_per_s=2e12]"
     assert d.numerics.dtype == "bf16"
-    # Repeated options: every value, or the last where the command takes one.
-    d = _design(command, tmp_path, "--batch", "4", "--batch", "16", "--fusion", "unfused",
+    # Repeated options: every value, or refused where the command takes one.
+    repeated = ("--batch", "4", "--batch", "16", "--fusion", "unfused",
                 "--fusion", "fused_prefetched", "--format", "1:4")
-    one = command == "simulate"
-    assert d.batches == ([16] if one else [4, 16])
-    assert d.fusions == (["fused_prefetched"] if one or command in ("report", "study")
-                         else ["unfused", "fused_prefetched"])
-    assert d.formats == (["1:4"] if one else ["2:4", "1:4"])
+    one = SINGLE.get(command, set()) & {"--batch", "--fusion", "--format"}
+    if one:
+        with pytest.raises(InputError, match=r"given 2 values .* takes one"):
+            _design(command, tmp_path, *repeated)
+        return
+    d = _design(command, tmp_path, *repeated)
+    assert d.batches == [4, 16]
+    assert d.fusions == ["unfused", "fused_prefetched"]
+    assert d.formats == ["2:4", "1:4"]
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -190,3 +190,31 @@ def test_the_refusal_masks_a_password(capsys):
                               "--storage", "postgresql://u:pw2@h/db"], capsys)
     assert code == 2 and "given twice" in err, err
     assert "pw1" not in err and "pw2" not in err, err
+
+
+@pytest.mark.parametrize("argv, option, values", [
+    (["simulate", "--model", "resnet50", "--hw", "a100", "--format", "2:4", "--batch", "1",
+      "--batch", "8", "--out", "a.csv"], "--batch", "1, 8"),
+    (["simulate", "--model", "resnet50", "--model", "deit_small", "--hw", "a100",
+      "--out", "a.csv"], "--model", "resnet50, deit_small"),
+    (["simulate", "--model", "resnet50", "--hw", "a100", "--hw", "h100", "--out", "a.csv"],
+     "--hw", "a100, h100"),
+    (["report", "--model", "resnet50", "--hw", "a100", "--format", "2:4", "--fusion", "unfused",
+      "--fusion", "fused", "--out", "r"], "--fusion", "unfused, fused"),
+], ids=["simulate batch", "simulate model", "simulate hw", "report fusion"])
+def test_a_repeatable_option_a_command_takes_once_refuses_a_second_value(
+        argv, option, values, tmp_path, monkeypatch, capsys):
+    """``dse simulate --batch 1 --batch 8`` simulated batch 8 and dropped batch 1 without a
+    word; the same value twice still runs."""
+    monkeypatch.chdir(tmp_path)
+    line = _refused(argv, capsys)
+    assert f"{option} given 2 values ({values}): dse {argv[0]} takes one" in line, line
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_repeatable_option_given_twice_with_one_value_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = run_cli(["simulate", "--model", "resnet50", "--hw", "a100", "--format", "2:4",
+                    "--batch", "8", "--batch", "8", "--out", "a.csv"])
+    assert code == 0, capsys.readouterr().err
+    assert os.listdir(tmp_path) == ["a.csv"]

@@ -147,8 +147,11 @@ BAD = {
 def test_bad_input_exits_2_with_one_line(name, tmp_path, capsys):
     extra, needles = BAD[name]
     extra = [a.replace("{tmp}", str(tmp_path)) for a in extra]
-    # The later --model/--hw/--format win over DESIGN's.
-    argv = ["simulate", *DESIGN, *extra, "--out", str(tmp_path / "ops.csv")]
+    # --model/--hw/--format in extra replace DESIGN's (a second, different one is refused)
+    given = set(extra[::2])
+    design = [a for pair in zip(DESIGN[::2], DESIGN[1::2], strict=True)
+              if pair[0] not in given for a in pair]
+    argv = ["simulate", *design, *extra, "--out", str(tmp_path / "ops.csv")]
     before = files_under(tmp_path)
     assert run_cli(argv) == 2
     out, err = capsys.readouterr()

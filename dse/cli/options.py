@@ -314,10 +314,11 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
                        fusion: bool = True, numerics: bool = True,
                        quantisation: bool = False) -> None:
     """``--model --hw --set --format --batch --fusion --scope`` and the numerics options on
-    ``p``. ``single``: the options of which this command takes one value (the last given of
-    these repeatable options; one ``--hw`` naming several is refused; every option of one value
-    refuses a second, different one: :class:`.parser.Parser`). A :class:`Default`
-    makes the option optional (:func:`design_from_args` applies it) and its help says so.
+    ``p``. ``single``: the options of which this command takes one value (a second, different
+    value of these repeatable options is refused, as is one ``--hw`` naming several; every
+    option of one value refuses a second, different one: :class:`.parser.Parser`). A
+    :class:`Default` makes the option optional (:func:`design_from_args` applies it) and its
+    help says so.
     ``fusion=False`` leaves out ``--fusion`` and ``--scope``, ``numerics=False`` the numerics
     options, for commands whose designs do not have them (``dse measure`` times kernels);
     ``quantisation=True`` adds ``--weight-dtype``, ``--weight-group-size`` and ``--kv-dtype``."""
@@ -326,7 +327,7 @@ def add_design_options(p: argparse.ArgumentParser, *, single: Sequence[str] = ()
 
     title = "design (options repeatable"
     if single:
-        title += "; the last " + ", ".join(single) + " counts here"
+        title += "; one value of " + ", ".join(single) + " here"
     g = p.add_argument_group(title + ")")
     g.add_argument("--model", dest="models", action="append", required=models is None,
                    type=nonempty_text("a shipped trace name (dse workloads list) or a trace .json"),
@@ -723,7 +724,14 @@ def design_from_args(args: argparse.Namespace) -> Design:
              "--batch": args.batches, "--fusion": getattr(args, "fusions", None)}
     defaults = {o: list(d.values) if d is not None else []
                 for o, d in args.design_defaults.items()}
-    # Where a command takes one value of these repeatable options, the last one given wins.
+    # Where a command takes one value of these repeatable options, a second, different one is
+    # refused, as for every option of one value (the first was dropped without a word).
+    for option in single:
+        values = _unique(str(v) for v in given.get(option) or [])
+        if len(values) > 1:
+            raise InputError(f"{option} given {len(values)} values ({', '.join(values)}): "
+                             f"{args.command_name} takes one; keep one, or run it once for "
+                             "each")
     last = {o: (v[-1:] if v and o in single else v) or defaults.get(o, [])
             for o, v in given.items()}
     names = _unique(h.strip() for v in last["--hw"] for h in v.split(",") if h.strip())
