@@ -91,7 +91,12 @@ MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
              "tests/test_sol_by_hand.py")),
     "expected": (("dse/calibrate/expected.py",),
                  ("tests/test_calibrate.py", "tests/test_norm_width.py",
-                  "tests/test_warm_capacity.py", "tests/test_calibrate_mutants.py")),
+                  "tests/test_warm_capacity.py", "tests/test_calibrate_mutants.py",
+                  # the dtypes never timed, a convolution as it runs, MoE experts touched,
+                  # the vector kinds' own predictors: expected.py's other callers' tests
+                  "tests/test_coverage_dtype.py", "tests/test_expected_runs_as.py",
+                  "tests/test_llm_moe_touched.py", "tests/test_llm_calibrated.py",
+                  "tests/test_vector_keys.py")),
     "features": (("dse/calibrate/features.py",),
                  ("tests/test_calibrate.py", "tests/test_norm_width.py",
                   "tests/test_calibrate_mutants.py", "tests/test_conv_tiles.py")),
@@ -110,6 +115,12 @@ _PROBE = ("a value of the self-check's probe: the direct frame equals pd.DataFra
           "changed probe too, so the check passes as before")
 _CHECK = ("the self-check made weaker: on this pandas the direct frame is pandas' own, so it "
           "passes either way (it guards other pandas versions)")
+
+#: dse/roofline/layer_sums._summing_checked: other probe data that the fast sums and
+#: groupby still sum to the same bits (the check passes on it too, and the fast sums are
+#: pinned by test_group_sums_by_hand).
+_SUM_PROBE = ("other probe data in the self-check, which the fast sums still pass: the "
+              "same path serves, with the same sums")
 
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("dse/measure/sol.py", "for row in layers.itertuples(index=False)}", "False -> True"):
@@ -195,6 +206,26 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("formats/unstructured.py",
      "return kept_share(d, m) * np.ones(np.broadcast(m, k).shape)", "* -> /"):
         "dividing by an array of ones broadcasts as multiplying by it",
+    # dse/calibrate/expected.py, its full run of 2026-11-27
+    ("dse/calibrate/expected.py", "strict=True)]", "True -> False #2"):
+        "zip(strict=False): the op names, kinds and input flags are columns of one frame",
+    ("dse/calibrate/expected.py",
+     'block = np.array([int(getattr(f, "block", 0) or getattr(f, "m", 0) or 0) for f in parsed],',
+     "0 -> 1 #2"):
+        "a format with neither block nor m is dense or unstructured, whose block the next "
+        "np.where sets (0 and 1)",
+    ("dse/calibrate/expected.py",
+     'block = np.array([int(getattr(f, "block", 0) or getattr(f, "m", 0) or 0) for f in parsed],',
+     "0 -> 1 #3"):
+        "a format with neither block nor m is dense or unstructured, whose block the next "
+        "np.where sets (0 and 1)",
+    ("dse/calibrate/expected.py", "x = np.array(x, dtype=float, copy=True)", "True -> False"):
+        "the caller passes x[rows], a fresh array of fancy indexing, and reads x no more",
+    ("dse/calibrate/expected.py", "@functools.lru_cache(maxsize=8)", "8 -> 9"):
+        "a cache one entry larger: the same dtype, read again one call later or sooner",
+    ("dse/calibrate/expected.py",
+     'for n in names], ignore_index=True)["dtype"].astype(str)', "True -> False"):
+        "the index of the concatenated dtypes is never read: mode() counts values",
     # dse/calibrate/features.py: tile is a whole number >= 1 (check_predictor_document), shapes
     # are whole numbers, and a dataset's columns are strings and numbers (dataset.SCHEMA).
     ("dse/calibrate/features.py", "rows = np.where(gemm, m, 1.0)", "1.0 -> 2.0"):
@@ -462,6 +493,186 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "* -> / #4"):
         "per_op's work only picks numpy, serial or parallel, which give the same bits "
         "(test_per_op_kernels_by_hand)",
+    # dse/roofline, the full run's later survivors (2026-11-27, helper 53): compile flags, which
+    # of two paths that give the same numbers runs, caches, the self-check's probe data.
+    ("dse/roofline/kernels.py", "@_jit(cache=True, parallel=True)", "True -> False #2"):
+        "parallel=False: prange runs as range and each design's slot is written by its own "
+        "iteration alone, so the same numbers on one thread",
+    ("dse/roofline/kernels.py", "@_jit(cache=True, parallel=True)", "True -> False #4"):
+        "parallel=False: prange runs as range and each design's slot is written by its own "
+        "iteration alone, so the same numbers on one thread",
+    ("dse/roofline/kernels.py", "@_jit(cache=True)", "True -> False #2"):
+        "cache=False: the same kernel, compiled in every process (slower, same numbers)",
+    ("dse/roofline/kernels.py", "@_jit(cache=True, parallel=True)", "True -> False #3"):
+        "cache=False: the same kernel, compiled in every process (slower, same numbers)",
+    ("dse/roofline/kernels.py",
+     "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
+     "* -> / #2"): "design_totals' work only picks the parallel or serial kernel, which give "
+                   "the same bits",
+    ("dse/roofline/kernels.py",
+     "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
+     "* -> / #3"): "design_totals' work only picks the parallel or serial kernel, which give "
+                   "the same bits",
+    ("dse/roofline/kernels.py",
+     "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
+     "0 -> 1 #1"): "design_totals' work (another axis's length) only picks the parallel or "
+                   "serial kernel, which give the same bits",
+    ("dse/roofline/kernels.py",
+     "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
+     "1 -> 2 #1"): "design_totals' work (another axis's length) only picks the parallel or "
+                   "serial kernel, which give the same bits",
+    ("dse/roofline/kernels.py",
+     "kernel = _design_totals_parallel if work >= PARALLEL_MIN_OP_EVALS else _design_totals_serial",
+     ">= -> >"): "the parallel and serial kernels give the same bits "
+                 "(test_parallel_and_serial_kernels_agree): only which runs at exactly 200,000",
+    ("dse/roofline/kernels.py",
+     "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
+     "* -> / #5"): "per_op's work only picks numpy, serial or parallel, which give the same "
+                   "bits (test_per_op_kernels_by_hand)",
+    ("dse/roofline/kernels.py",
+     "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
+     "* -> / #6"): "per_op's work only picks numpy, serial or parallel, which give the same "
+                   "bits (test_per_op_kernels_by_hand)",
+    ("dse/roofline/kernels.py",
+     "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
+     "0 -> 1 #3"): "per_op's work (another axis's length) only picks numpy, serial or "
+                   "parallel, which give the same bits (test_per_op_kernels_by_hand)",
+    ("dse/roofline/kernels.py",
+     "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
+     "1 -> 2 #2"): "per_op's work (another axis's length) only picks numpy, serial or "
+                   "parallel, which give the same bits (test_per_op_kernels_by_hand)",
+    ("dse/roofline/kernels.py", "if work < NUMPY_MAX_OP_EVALS or _NUMPY_ONLY.get():", "< -> <="):
+        "per_op's numpy and compiled paths give the same bits (test_per_op_kernels_by_hand): "
+        "only which runs at exactly 20,000 op-evaluations",
+    ("dse/roofline/layer_sums.py", "bound = 1  # codes < bound", "1 -> 2"):
+        "bound only decides when the codes are renumbered (pd.factorize: one-to-one), never "
+        "which rows share a code",
+    ("dse/roofline/layer_sums.py",
+     "if bound * max(size, 1) >= 2**62:  # renumbered, so that the numbers stay below rows**2",
+     "** -> *"): "renumbering (pd.factorize, one-to-one) at every key instead of near 2**62: "
+                 "the same rows share a code",
+    ("dse/roofline/layer_sums.py",
+     "if bound * max(size, 1) >= 2**62:  # renumbered, so that the numbers stay below rows**2",
+     "1 -> 2"): "max(size, 2) only decides when the codes are renumbered (one-to-one)",
+    ("dse/roofline/layer_sums.py",
+     "if bound * max(size, 1) >= 2**62:  # renumbered, so that the numbers stay below rows**2",
+     "2 -> 3"): "renumbering (one-to-one) below 3**62 instead of 2**62: the same rows share a "
+                "code",
+    ("dse/roofline/layer_sums.py",
+     "if bound * max(size, 1) >= 2**62:  # renumbered, so that the numbers stay below rows**2",
+     "62 -> 63"): "below 2**63 the codes (< bound * size) still fit in int64: no overflow, the "
+                  "same rows share a code",
+    ("dse/roofline/layer_sums.py",
+     "if bound * max(size, 1) >= 2**62:  # renumbered, so that the numbers stay below rows**2",
+     ">= -> >"): "at bound * size == 2**62 exactly the codes (< 2**62) fit in int64 unrenumbered",
+    ("dse/roofline/layer_sums.py", "codes = codes * size + np.maximum(labels, 0)", "+ -> -"):
+        "c * size - l with 0 <= l < size is one-to-one too (it lies in ((c-1)*size, c*size]): "
+        "the same rows share a code",
+    ("dse/roofline/layer_sums.py", "bound *= max(size, 1)", "1 -> 2"):
+        "bound only decides when the codes are renumbered (one-to-one)",
+    ("dse/roofline/layer_sums.py",
+     'return LayerRows(of_designs, of_layers, count + 1, _op_positions(layers["op"], trace))',
+     "1 -> 2"): "one more all-NaN row in design_sums' table, past the row count (missing "
+                "designs) that of_designs ever indexes",
+    ("dse/roofline/layer_sums.py", "return np.where(of_rows >= 0, positions[of_rows], -1)",
+     "1 -> 2"): "of_rows factorizes op.astype(str), which has no NA: never -1, the else value "
+                "is never taken",
+    ("dse/roofline/layer_sums.py",
+     "sums = pd.DataFrame(values, copy=False).groupby(codes, sort=False).sum()",
+     "False -> True #1"): "copy=True: the frame sums a copy of the same values",
+    ("dse/roofline/layer_sums.py",
+     "sums = pd.DataFrame(values, copy=False).groupby(labels, sort=False).sum()",
+     "False -> True #1"): "copy=True: the frame sums a copy of the same values",
+    ("dse/roofline/layer_sums.py", "out = frame.copy(deep=False)  # copy on write: setting a "
+     "column leaves ``frame`` as it is", "False -> True"):
+        "a deep copy holds the same values; under copy on write the shallow one already "
+        "leaves frame as it is",
+    ("dse/roofline/layer_sums.py", "ok = ok and mine.tobytes() == theirs.tobytes()", "and -> or"):
+        "the check always passes: in the pandas installed it passes anyway "
+        "(test_the_fast_group_sums_serve_in_the_installed_pandas), and the fast sums are right "
+        "(test_group_sums_by_hand)",
+    ("dse/roofline/layer_sums.py", "ok = False", "False -> True"):
+        "reached only when a probe raises, which no probe does in the pandas installed",
+    ("dse/roofline/memory.py", "dram, onchip = np.zeros(n + 1), np.zeros(n + 1)", "1 -> 2 #2"):
+        "one more slot of the live-set differences, past the last op: the peak reads [:n] only",
+    ("dse/roofline/memory.py",
+     '"fits": pd.arrays.BooleanArray(np.where(known, peak <= capacity, False), ~known),',
+     "False -> True"): "the value under a masked entry (capacity unknown): NA whatever it holds",
+    ("dse/roofline/pricing.py", "@lru_cache(maxsize=64)", "64 -> 65 #1"):
+        "a cache one entry larger: the same values, computed again one call later or sooner",
+    ("dse/roofline/pricing.py", "@lru_cache(maxsize=64)", "64 -> 65 #2"):
+        "a cache one entry larger: the same values, computed again one call later or sooner",
+    ("dse/roofline/pricing.py", "@lru_cache(maxsize=64)", "64 -> 65 #3"):
+        "a cache one entry larger: the same values, computed again one call later or sooner",
+    ("dse/roofline/pricing.py",
+     "scales = np.where(has_gemm_weights(ops), gw * numerics.scale_bytes(m, k), 0.0)",
+     "0.0 -> 1.0"): "scales are read only where the format takes the op (takes implies "
+                    "prunable), and a prunable op is a conv or linear with weight_elems >= "
+                    "groups*m*k >= 1 (Trace validation): has_gemm_weights is true there",
+    ("dse/roofline/pricing.py",
+     "csr = (np.where(needs, zeros, own[0]), np.where(needs, zeros, own[1]),", "1 -> 2"):
+        "where no op needs the format's kernel it runs dense on the tensor cores: its own "
+        "sparse-core and CSR FLOPs (own[1], own[2]) are both 0 there",
+    ("dse/roofline/pricing.py", "zip(own, dense, csr, strict=True)]", "True -> False"):
+        "zip(strict=False): own, dense and csr are all four arrays, built together",
+    ("dse/roofline/pricing.py",
+     "for j, (ps, chip) in enumerate(zip(producers, on_chip, strict=True)):", "True -> False"):
+        "zip(strict=False): on_chip is built from producers, one tuple per op",
+    ("dse/roofline/pricing.py", "for i, kept in zip(ps, chip, strict=True):", "True -> False"):
+        "zip(strict=False): each chip tuple is built from its ps, one flag per producer",
+    ("dse/roofline/pricing.py", "@dataclass(frozen=True, eq=False)", "False -> True #2"):
+        "KernelArrays are returned and read field by field, never compared nor hashed",
+    ("dse/roofline/pricing.py", "@dataclass(frozen=True, eq=False)", "False -> True #3"):
+        "RuleEdges are returned and read field by field, never compared nor hashed",
+    ("dse/roofline/layer_sums.py",
+     "sums = pd.DataFrame(values, copy=False).groupby(labels, sort=False).sum()",
+     "False -> True #2"): "sort=True only orders the groups; each is placed by its label "
+                          "(sums.index) and summed in row order either way",
+    ("dse/roofline/layer_sums.py",
+     "rng = np.random.default_rng(20261126)",
+     "20261126 -> 20261127"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "base = rng.standard_normal((600, 3)) * 10.0 ** rng.integers(-3, 17, (600, 3))",
+     "* -> /"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "base = rng.standard_normal((600, 3)) * 10.0 ** rng.integers(-3, 17, (600, 3))",
+     "** -> *"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "base = rng.standard_normal((600, 3)) * 10.0 ** rng.integers(-3, 17, (600, 3))",
+     "10.0 -> 20.0"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "base = rng.standard_normal((600, 3)) * 10.0 ** rng.integers(-3, 17, (600, 3))",
+     "17 -> 18"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "base = rng.standard_normal((600, 3)) * 10.0 ** rng.integers(-3, 17, (600, 3))",
+     "3 -> 4 #2"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "(base[:, :1], contiguous)]",
+     "1 -> 2"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "nan[5, 1], nan[400, 0], nan[401, 2], nan[402, 2] = np.nan, np.inf, np.inf, -np.inf",
+     "0 -> 1"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "nan[5, 1], nan[400, 0], nan[401, 2], nan[402, 2] = np.nan, np.inf, np.inf, -np.inf",
+     "1 -> 2"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "nan[5, 1], nan[400, 0], nan[401, 2], nan[402, 2] = np.nan, np.inf, np.inf, -np.inf",
+     "400 -> 401"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "nan[5, 1], nan[400, 0], nan[401, 2], nan[402, 2] = np.nan, np.inf, np.inf, -np.inf",
+     "401 -> 402"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "nan[5, 1], nan[400, 0], nan[401, 2], nan[402, 2] = np.nan, np.inf, np.inf, -np.inf",
+     "402 -> 403"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "nan[5, 1], nan[400, 0], nan[401, 2], nan[402, 2] = np.nan, np.inf, np.inf, -np.inf",
+     "5 -> 6"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "nan[5, 1], nan[400, 0], nan[401, 2], nan[402, 2] = np.nan, np.inf, np.inf, -np.inf",
+     "drop unary -"): _SUM_PROBE,
+    ("dse/roofline/layer_sums.py",
+     "probes += [(nan, contiguous), (nan[:, :1], contiguous)]",
+     "1 -> 2"): _SUM_PROBE,
     # dse/design_columns.py, design_table (dse.evaluate's fast path; 2026-11-26, a sample of 60,
     # seed 0): what survives changes only which path builds the same table.
     ('dse/design_columns.py',

@@ -456,3 +456,65 @@ def test_the_later_kind_codes_are_the_ones_the_shipped_predictors_learned():
     kinds = ("other", "other:roll", "other:pad", "other:gather", "conv:image", "matmul:fp32",
              "softmax:fp32", "elementwise:strided")
     assert [kind_code(k) for k in kinds] == [9, 10, 11, 12, 13, 14, 15, 16]
+
+
+# The full mutation run of expected.py (2026-11-27, benchmarks/results/mutation_expected.jsonl)
+
+
+def test_op_configs_carry_each_convolution_s_window_and_its_image_input():
+    """ResNet-50 (input 3 x 224 x 224): conv1 reads the 3-channel image (conv:image) through a
+    7 x 7 window at stride 2; layer1.0.conv2 is 3 x 3 at stride 1 and reads no image (conv);
+    the classifier and the vector ops have no window (0, as documented)."""
+    trace = workloads.load_trace("resnet50")
+    layers = evaluate_layers(trace, "h100-sxm", ["dense"], batches=1, scope="all")
+    config = op_configs(layers, trace)
+    config.index = layers["op"].to_numpy()
+    columns = ["kind", "kernel_size", "stride"]
+    assert config.loc["conv1", columns].tolist() == ["conv:image", 7.0, 2.0]
+    assert config.loc["layer1.0.conv2", columns].tolist() == ["conv", 3.0, 1.0]
+    assert config.loc["fc", columns].tolist() == ["linear", 0.0, 0.0]
+    assert config.loc["act1.relu", ["kernel_size", "stride"]].tolist() == [0.0, 0.0]
+
+
+def test_an_moe_expert_linear_runs_the_experts_its_tokens_touch():
+    """8 experts, 2 per token, 4 tokens a sample at batch 2: T = 8 tokens touch
+    8 x (1 - (1 - 2/8)^8) = 8 x (1 - 0.1001129150390625) = 7.1990966796875 experts; an op no
+    token routes runs one kernel."""
+    from types import SimpleNamespace
+
+    from dse.calibrate.expected import _expert_kernels
+
+    trace = SimpleNamespace(provenance={"routed_weights_by_op": {
+        "moe.w1": {"sets": 8, "sets_per_token": 2, "tokens_per_sample": 4}}})
+    kernels = _expert_kernels(trace, np.array(["moe.w1", "attn.qkv"], dtype=object),
+                              np.array([2, 2]))
+    assert kernels.tolist() == [pytest.approx(7.1990966796875, rel=1e-12), 1.0]
+
+
+def test_a_compute_dtype_never_timed_marks_every_gemm_and_no_vector_op():
+    """fp8 compute against predictors timed in fp16: every op with a GEMM (m > 0, the depthwise
+    conv's m of 1 included) is marked, no vector op (m 0) is."""
+    from dse.calibrate.expected import _untimed_dtypes
+    from dse.roofline import Numerics
+
+    trace = workloads.load_trace("toy_hybrid")
+    layers = evaluate_layers(trace, "h100-sxm", ["dense"], batches=1, scope="all")
+    marks = dict(zip(layers["op"], _untimed_dtypes(layers, trace, Numerics(dtype="fp8"), "fp16"),
+                     strict=True))
+    assert marks["block1.dwconv"] == "fp8 compute"  # m 1 per group
+    assert marks["block1.pwconv1"] == "fp8 compute"
+    assert marks["stem.act"] == ""
+    assert marks["attn.norm"] == ""
+
+
+def test_a_convolution_reading_an_input_that_is_no_image_is_a_plain_conv():
+    """An input of shape (1, 32) is not C x H x W: a convolution reading it is no image
+    convolution (conv, not conv:image), whatever its one leading dimension."""
+    from workloads.trace import Trace
+
+    conv = {"name": "conv", "kind": "conv", "m": 8, "k": 32, "n": 1, "groups": 1,
+            "weight_elems": 8 * 32, "input_elems": 32, "output_elems": 8, "vector_flops": 0.0,
+            "prunable": True, "producers": ["input"]}
+    trace = Trace.from_records("toy", [1, 32], [conv], {"source": "test"})
+    layers = evaluate_layers(trace, "h100-sxm", ["dense"], batches=1, scope="all")
+    assert op_configs(layers, trace)["kind"].tolist() == ["conv"]

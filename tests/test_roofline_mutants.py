@@ -874,3 +874,113 @@ def test_outside_numpy_only_the_totals_run_compiled(monkeypatch):
     totals = kernels.design_totals(_HW, np.array([[True], [False]]), np.array([1]), _BATCHES,
                                    ft, fs, fc, wb, fu, ff, vflops)
     assert totals is sentinel
+
+
+# Survivors of the full run's later lines (layer_sums' fast group sums, numerics' checks,
+# frozen records): values by hand.
+
+def test_the_fast_group_sums_serve_in_the_installed_pandas():
+    """The self-check passes in the pandas this project pins (3.x), so group_sums takes its
+    own path, not groupby's; a broken _group_sums (or a check that always fails) would
+    fall back silently, slower."""
+    from dse.roofline import layer_sums
+
+    layer_sums._CHECKED.clear()
+    assert layer_sums._summing_checked() is True
+
+
+def test_group_sums_by_hand():
+    """_group_sums itself, on small cases summed by hand: contiguous groups (reduceat),
+    interleaved ones with a NaN skipped (the compensated loop), an empty group 0, none."""
+    from dse.roofline.layer_sums import _group_sums
+
+    values = np.array([[1.0, 10.0], [2.0, 20.0], [4.0, 40.0], [8.0, 80.0]])
+    out = _group_sums(values, np.array([0, 0, 1, 2], dtype=np.intp), 4)
+    np.testing.assert_array_equal(out, [[3.0, 30.0], [4.0, 40.0], [8.0, 80.0], [0.0, 0.0]])
+    out = _group_sums(values, np.array([2, 1, 2, 1], dtype=np.intp), 3)
+    np.testing.assert_array_equal(out, [[0.0, 0.0], [10.0, 100.0], [5.0, 50.0]])
+    nan = values.copy()
+    nan[1, 0] = np.nan
+    out = _group_sums(nan, np.array([0, 0, 1, 1], dtype=np.intp), 2)
+    np.testing.assert_array_equal(out, [[1.0, 30.0], [12.0, 120.0]])
+    np.testing.assert_array_equal(_group_sums(values[:0], np.zeros(0, dtype=np.intp), 2),
+                                  np.zeros((2, 2)))
+
+
+def test_layer_rows_and_activation_peaks_are_frozen():
+    """LayerRows and ActivationPeak are frozen records (shared between calls): assigning a
+    field raises."""
+    from dse.roofline.layer_sums import LayerRows
+    from dse.roofline.memory import ActivationPeak
+
+    rows = LayerRows(np.zeros(1), np.zeros(1), 1, np.zeros(1))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rows.count = 2
+    peak = ActivationPeak(np.zeros(1), np.zeros(1))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        peak.dram_elems = np.ones(1)
+
+
+@pytest.mark.parametrize(("dtype", "width"), [("fp16", 2), ("bf16", 2), ("tf32", 4),
+                                               ("fp8", 1), ("int8", 1)])
+def test_value_bytes_of_each_tensor_dtype(dtype, width):
+    """Bytes per value, by the formats' definitions (tf32 stored as fp32)."""
+    assert Numerics(dtype=dtype).value_bytes == width
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8])
+def test_every_index_width_is_taken(width):
+    assert Numerics(index_width_bytes=width).index_width_bytes == width
+
+
+@pytest.mark.parametrize("width", [0, 3, 16, True, 2.0])
+def test_other_index_widths_are_refused(width):
+    with pytest.raises(NumericsError, match="index width"):
+        Numerics(index_width_bytes=width)
+
+
+def test_weight_group_sizes_from_one_up():
+    assert Numerics(weight_dtype="int4", weight_group_size=1).weight_group_size == 1
+    for group in (0, -128, True, 1.5):
+        with pytest.raises(NumericsError, match="weight group size"):
+            Numerics(weight_dtype="int4", weight_group_size=group)
+
+
+def test_the_compute_dtype_as_weight_dtype_is_not_quantised():
+    """weight_dtype equal to dtype means unquantised (the docstring), any other
+    non-quantising dtype is refused."""
+    assert not Numerics(dtype="fp16", weight_dtype="fp16").quantised
+    with pytest.raises(NumericsError, match="weight dtype"):
+        Numerics(dtype="fp16", weight_dtype="bf16")
+
+
+def test_group_sums_takes_its_own_path_once_checked(monkeypatch):
+    """Once the self-check has passed, group_sums never goes through groupby."""
+    from dse.roofline import layer_sums
+
+    assert layer_sums._summing_checked() is True
+
+    def groupby(*args):
+        raise AssertionError("group_sums went through groupby")
+
+    monkeypatch.setattr(layer_sums, "_pandas_group_sums", groupby)
+    out = layer_sums.group_sums(np.array([[1.0], [2.0], [4.0]]), np.array([0, -1, 0]), 1)
+    np.testing.assert_array_equal(out, [[5.0]])
+
+
+def test_group_sums_of_the_float_equal_to_nat():
+    """-2**63 is a float like any other here (pandas treats it as NaT only for datetimes):
+    -2**63 + 1 rounds to -2**63 in float64; interleaved groups take the compensated loop."""
+    from dse.roofline.layer_sums import _group_sums
+
+    values = np.array([[-2.0**63], [5.0], [1.0]])
+    out = _group_sums(values, np.array([0, 1, 0], dtype=np.intp), 2)
+    np.testing.assert_array_equal(out, [[-2.0**63], [5.0]])
+
+
+def test_memory_batch_defaults_to_one():
+    """evaluate_memory without batches: batch 1, CHAIN's unfused peak per sample by hand (the
+    model input 64 and fc's output 32 live at fc: 96 x 2 B = 192 B)."""
+    row = evaluate_memory(CHAIN, HW, "dense", scope="all").iloc[0]
+    assert row["batch"] == 1
+    assert row["activation_peak_bytes"] == 192.0
