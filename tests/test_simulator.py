@@ -157,7 +157,13 @@ def test_a_larger_buffer_never_moves_more_bytes(trace, hw, batch, fusion, buffer
                      SimConfig(buffer_bytes=buffer * factor, launch_overhead_s=0.0))
     if fusion == "unfused":  # residency is greedy; without it traffic is per-op monotone
         assert (large.ops["dram_bytes"] <= small.ops["dram_bytes"] * (1 + 1e-12)).all()
-    assert large.ops["tiles"].sum() <= small.ops["tiles"].sum()
+        # Only without residency do tiles fall too: when fused, a larger buffer can keep an
+        # intermediate on chip, and its bytes come out of the later ops' tile stage
+        # (dse/sim/plan.py: (buffer - resident bytes) / depth), so they cut finer while the
+        # traffic falls. CI found one (buffer 955,352 B x 1.5, fused): tiles 1 + 4 + 1 became
+        # 1 + 1 + 5; a search of the same kind (100 kB x 1.5) kept an output on chip, its
+        # consumer went from 2 tiles to 4, and DRAM bytes fell from 135,682 to 67,722.
+        assert large.ops["tiles"].sum() <= small.ops["tiles"].sum()
 
 
 # --- one layer, two tiles: the exact event sequence --------------------------------------------
