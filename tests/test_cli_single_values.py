@@ -143,10 +143,16 @@ def test_the_command_line_refuses_and_writes_nothing(argv, option, tmp_path, mon
     assert os.listdir(tmp_path) == []
 
 
-def test_the_same_value_twice_runs(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("argv", [
+    ["evaluate", "--model", "resnet50", "--hw", "a100", "--dtype", "fp16", "--dtype", "fp16",
+     "--out", "a.csv", "--out", "a.csv"],
+    # a repeatable design option the command takes once, given twice with one value
+    ["simulate", "--model", "resnet50", "--hw", "a100", "--format", "2:4", "--batch", "8",
+     "--batch", "8", "--out", "a.csv"],
+], ids=["option of one value", "simulate batch"])
+def test_the_same_value_twice_runs(argv, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code = run_cli(["evaluate", "--model", "resnet50", "--hw", "a100", "--dtype", "fp16",
-                    "--dtype", "fp16", "--out", "a.csv", "--out", "a.csv"])
+    code = run_cli(argv)
     assert code == 0, capsys.readouterr().err
     assert os.listdir(tmp_path) == ["a.csv"]
 
@@ -205,16 +211,8 @@ def test_the_refusal_masks_a_password(capsys):
 def test_a_repeatable_option_a_command_takes_once_refuses_a_second_value(
         argv, option, values, tmp_path, monkeypatch, capsys):
     """``dse simulate --batch 1 --batch 8`` simulated batch 8 and dropped batch 1 without a
-    word; the same value twice still runs."""
+    word (the same value twice runs: test_the_same_value_twice_runs)."""
     monkeypatch.chdir(tmp_path)
     line = _refused(argv, capsys)
     assert f"{option} given 2 values ({values}): dse {argv[0]} takes one" in line, line
     assert os.listdir(tmp_path) == []
-
-
-def test_a_repeatable_option_given_twice_with_one_value_runs(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    code = run_cli(["simulate", "--model", "resnet50", "--hw", "a100", "--format", "2:4",
-                    "--batch", "8", "--batch", "8", "--out", "a.csv"])
-    assert code == 0, capsys.readouterr().err
-    assert os.listdir(tmp_path) == ["a.csv"]
