@@ -29,7 +29,6 @@ See ``benchmarks/README.md``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -37,6 +36,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from dse.cli.parser import Parser
 
 HERE = Path(__file__).resolve().parent
 MILLION = HERE / "spaces" / "million.toml"
@@ -289,9 +290,9 @@ def environment() -> dict:
             "cpu_count": os.cpu_count(), "processor": model}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.dask_scaling",
-                                     description=__doc__.split("\n\n")[0])
+def build_parser() -> Parser:
+    parser = Parser(prog="python -m benchmarks.dask_scaling",
+                    description=__doc__.split("\n\n")[0])
     parser.add_argument("--designs", type=float, default=1e6,
                         help="about how many designs to search (default 1e6; 2e4 is quick)")
     parser.add_argument("--workers", type=int, default=2, help="Dask workers (default 2)")
@@ -304,6 +305,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep Dask's default MALLOC_TRIM_THRESHOLD_=65536 in the workers "
                              "(1.5x the CPU here; unset by default)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.designs < 1 or args.workers < 1 or args.chunk_points < 1:
         parser.error("--designs, --workers and --chunk-points must be >= 1")

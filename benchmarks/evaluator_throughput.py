@@ -39,6 +39,7 @@ import pandas as pd
 
 import accelerator_models
 import dse
+from dse.cli.parser import Parser
 from dse.measure.host import cpu_clock, cpu_model, other_cores, wait_idle
 from dse.roofline import kernels as K
 from dse.roofline.evaluator import prepare  # the search path's own array preparation
@@ -486,13 +487,11 @@ def report(env: dict, rows: list[dict], lats: list[dict]) -> tuple[str, dict]:
     return "\n".join(lines), targets
 
 
-def parse_benchmark_args(prog: str, doc: str, repeats: int, repeats_help: str,
-                         strict_help: str, argv: list[str] | None,
-                         more: Callable[[argparse.ArgumentParser], None] | None = None
-                         ) -> argparse.Namespace:
+def benchmark_parser(prog: str, doc: str, repeats: int, repeats_help: str, strict_help: str,
+                     more: Callable[[argparse.ArgumentParser], None] | None = None) -> Parser:
     """The options every benchmark takes: --json, --repeats, --strict, --wait-idle; ``more``
     adds a benchmark's own."""
-    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    parser = Parser(prog=prog, description=doc.split("\n\n")[0])
     if more is not None:
         more(parser)
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON here")
@@ -501,6 +500,15 @@ def parse_benchmark_args(prog: str, doc: str, repeats: int, repeats_help: str,
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
                         help="before each section, wait up to SECONDS for other processes to "
                              "leave the cores idle (for shared machines; default 0: no wait)")
+    return parser
+
+
+def parse_benchmark_args(prog: str, doc: str, repeats: int, repeats_help: str,
+                         strict_help: str, argv: list[str] | None,
+                         more: Callable[[argparse.ArgumentParser], None] | None = None
+                         ) -> argparse.Namespace:
+    """:func:`benchmark_parser`'s options parsed from ``argv``, and checked."""
+    parser = benchmark_parser(prog, doc, repeats, repeats_help, strict_help, more)
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")

@@ -13,7 +13,6 @@ Target (issue 3): each export under 10 s on this 2-core machine.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import time
 import timm
 import torch
 
+from dse.cli.parser import Parser
 from workloads.export import export_trace
 
 MODELS = ("resnet50", "efficientnet_b4", "convnext_tiny", "deit_small_patch16_224",
@@ -57,10 +57,14 @@ def cli_wall(name: str) -> float:
         return time.perf_counter() - start
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> Parser:
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per model (best kept)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = build_parser().parse_args()
     print(f"torch {torch.__version__}, timm {timm.__version__}, {torch.get_num_threads()} "
           f"threads; best of {args.repeats}")
     print(f"{'model':32s} {'ops':>5s} {'reference s':>12s} {'export s':>9s} {'ratio':>6s} "

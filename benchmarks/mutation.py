@@ -42,7 +42,6 @@ stale).
 
 from __future__ import annotations
 
-import argparse
 import ast
 import copy
 import dataclasses
@@ -56,6 +55,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from dse.cli.parser import Parser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -1053,9 +1054,9 @@ def run_module(name: str, repo: Path, limit: int | None, seed: int,
     return len(chosen), sorted(survivors, key=order.__getitem__)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.mutation",
-                                     description=__doc__.split("\n\n")[0])
+def build_parser() -> Parser:
+    parser = Parser(prog="python -m benchmarks.mutation",
+                    description=__doc__.split("\n\n")[0])
     parser.add_argument("--module", action="append", choices=sorted(MODULES),
                         help="a module to mutate; repeatable (default: all)")
     parser.add_argument("--max", type=int, default=None, metavar="N",
@@ -1070,7 +1071,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="JSON lines of every mutant's result, appended as each ends; a "
                              "rerun skips the mutants it holds (unless their file or tests "
                              "changed) and counts their results: a long run resumable")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     journal = None
     if args.journal is not None and args.list:
         print("mutation: --journal with --list: --list runs nothing, so nothing is journaled; "

@@ -17,7 +17,6 @@ search of the same space, as microseconds per op and design of the extra work; n
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -25,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from dse.cli.parser import Parser
 
 HERE = Path(__file__).resolve().parent
 MILLION = HERE / "spaces" / "million.toml"
@@ -81,10 +82,14 @@ def op_designs(space: Path) -> int:
     return sum(len(trace.ops) for trace in problem.traces) * designs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> Parser:
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     with tempfile.TemporaryDirectory() as cwd:
         help_s = median_of(lambda i: ["--help"], args.repeats, cwd)
         default_s = median_of(lambda i: ["search", "--target", "1.3x_over_2:4", "--study",

@@ -70,7 +70,8 @@ def test_the_same_spellings_mean_the_same(command, tmp_path):
                 "--fusion", "fused_prefetched", "--format", "1:4")
     one = SINGLE.get(command, set()) & {"--batch", "--fusion", "--format"}
     if one:
-        with pytest.raises(InputError, match=r"given 2 values .* takes one"):
+        with pytest.raises(InputError, match=r"given twice \(.*\): give it once, or run "
+                                             r"dse [\w -]+ once for each"):
             _design(command, tmp_path, *repeated)
         return
     d = _design(command, tmp_path, *repeated)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dse.cli.main import build_parser
-from dse.cli.parser import Parser, _StoreOnce
+from dse.cli.parser import Parser, _StoreOnce, given_twice
 from tests.cli_run import run_cli
 from tests.test_cli_reliability_round6 import _refused  # one line, exit 2, no traceback
 
@@ -105,8 +105,10 @@ def test_two_different_values_are_refused(words, option, values, capsys):
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2, err
     assert len(lines) == 1 and "Traceback" not in err, err
-    assert f"argument {option}" in lines[0] and "given twice" in lines[0], lines[0]
-    assert lines[0].startswith(f"dse {' '.join(words)}: error: "), lines[0]
+    command = f"dse {' '.join(words)}"  # the values as parsed: 1 may read 1.0
+    assert lines[0].startswith(f"{command}: error: {option} given twice ("), lines[0]
+    assert lines[0].endswith(f"): give it once, or run {command} once for each "
+                             f"(see {command} --help)"), lines[0]
 
 
 @pytest.mark.parametrize("words, option, values", CASES)
@@ -138,8 +140,8 @@ def test_the_command_line_refuses_and_writes_nothing(argv, option, tmp_path, mon
     monkeypatch.setattr(probe, "probe", lambda *a, **k: pytest.fail("the probe ran"))
     monkeypatch.chdir(tmp_path)
     line = _refused(argv, capsys)
-    assert f"argument {option}: given twice (" in line, line
-    assert "keep one, or run dse once for each" in line, line
+    assert f": error: {option} given twice (" in line, line
+    assert "): give it once, or run dse " in line and "argument" not in line, line
     assert os.listdir(tmp_path) == []
 
 
@@ -196,6 +198,17 @@ def test_the_refusal_masks_a_password(capsys):
                               "--storage", "postgresql://u:pw2@h/db"], capsys)
     assert code == 2 and "given twice" in err, err
     assert "pw1" not in err and "pw2" not in err, err
+    # the masked texts read the same: the line says they differ, in the password
+    assert "--storage given twice (postgresql://u:***@h/db with two different passwords): " \
+           "give it once, or run dse search once for each" in err, err
+
+
+def test_the_refusal_shows_both_masked_urls_where_more_than_the_password_differs(capsys):
+    code, err = _parse_error(["search", "--storage", "postgresql://u:pw1@h/db",
+                              "--storage", "postgresql://u:pw1@h/db2"], capsys)
+    assert code == 2 and "pw1" not in err, err
+    assert "(postgresql://u:***@h/db, postgresql://u:***@h/db2): give it once" in err, err
+    assert "password" not in err, err
 
 
 @pytest.mark.parametrize("argv, option, values", [
@@ -214,5 +227,32 @@ def test_a_repeatable_option_a_command_takes_once_refuses_a_second_value(
     word (the same value twice runs: test_the_same_value_twice_runs)."""
     monkeypatch.chdir(tmp_path)
     line = _refused(argv, capsys)
-    assert f"{option} given 2 values ({values}): dse {argv[0]} takes one" in line, line
+    # the same form as an option of one value given twice (test_the_command_line_refuses...)
+    assert line == (f"dse: error: {option} given twice ({values}): give it once, or run "
+                    f"dse {argv[0]} once for each"), line
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("values, shown", [
+    (["a.csv", "b.csv"], "given twice (a.csv, b.csv)"),
+    (["1", "8", "16"], "given 3 different values (1, 8, 16)"),
+    (["postgresql://u:p1@h/db", "postgresql://u:p2@h/db"],
+     "given twice (postgresql://u:***@h/db with two different passwords)"),
+    (["postgresql://u:p1@h/db", "postgresql://u:p2@h/db", "postgresql://u:p3@h/db",
+      "sqlite:///s.db"],
+     "given 4 different values (postgresql://u:***@h/db with 3 different passwords, sqlite:///s.db)"),
+    (["x?password=p1", "x?password=p2"], "given twice (x?password=*** with two different "
+                                         "passwords)"),
+], ids=["two", "three", "passwords", "three passwords and another", "password parameter"])
+def test_the_one_form_of_the_refusal(values, shown):
+    assert given_twice("--opt", values, "dse cmd") == (
+        f"--opt {shown}: give it once, or run dse cmd once for each")
+
+
+def test_a_repeatable_option_given_three_values_names_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    line = _refused(["simulate", "--model", "resnet50", "--hw", "a100", "--batch", "1",
+                     "--batch", "8", "--batch", "1", "--batch", "16", "--out", "a.csv"], capsys)
+    assert line == ("dse: error: --batch given 3 different values (1, 8, 16): give it once, "
+                    "or run dse simulate once for each"), line
     assert os.listdir(tmp_path) == []

@@ -14,12 +14,13 @@ scikit-learn (the ``accuracy`` extra); minutes on two cores.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from dse.cli.parser import Parser
 
 FOLDS = (2, 3, 5, 10)
 SEEDS = (0, 1)
@@ -61,15 +62,19 @@ def render(table: pd.DataFrame, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+def build_parser() -> Parser:
+    parser = Parser(
         prog="python -m benchmarks.bounds.learning_curve",
         description="Held-out share within +-10% per kernel family against the share of "
-                    "weight shapes trained on (2, 3, 5 and 10 folds).")
+   "weight shapes trained on (2, 3, 5 and 10 folds).")
     parser.add_argument("--data", action="append", required=True,
                         help="a shipped dataset name or a dataset file (repeat to combine)")
     parser.add_argument("--out", type=Path, help="also write the table to this text file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     from dse.calibrate.validate import device_rows
     from dse.measure.dataset import concat, load_dataset

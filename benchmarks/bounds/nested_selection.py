@@ -15,11 +15,12 @@ restricts the rows (repeatable; the folds then differ from the full run's). Need
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
 import pandas as pd
+
+from dse.cli.parser import Parser
 
 
 def selection_table(predictions: pd.DataFrame) -> pd.DataFrame:
@@ -43,12 +44,16 @@ def selection_table(predictions: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(columns)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> Parser:
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", action="append", required=True)
     parser.add_argument("--seed", action="append", type=int, default=None)
     parser.add_argument("--family", action="append", default=None)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     from dse.calibrate.validate import DeviceRows, device_rows, validated_predictions
     from dse.measure.dataset import concat, load_dataset
 

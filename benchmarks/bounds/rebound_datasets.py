@@ -12,7 +12,6 @@ by tests/test_bound.py against the same specs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ from datetime import UTC, datetime
 import pandas as pd
 
 import accelerator_models
+from dse.cli.parser import Parser
 from dse.measure.dataset import DATASETS_DIR, load_dataset
 from dse.measure.sol import bound_columns, row_features
 
@@ -55,10 +55,14 @@ def rebound(name: str) -> tuple[pd.DataFrame, dict]:
     return out, summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> Parser:
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="report only; write nothing")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     for name in BOUND_SPECS:
         out, summary = rebound(name)
         print(f"{name}: {json.dumps(summary)}")

@@ -32,6 +32,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dse.cli.parser import Parser
+
 SETTINGS = {
     "default": {},
     "no-mmap": {"MALLOC_MMAP_THRESHOLD_": str(2**31 - 1), "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)},
@@ -80,9 +82,9 @@ def host_cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> Parser:
+    p = Parser(description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="deit_small_patch16_224,vit_base_patch16_224")
     p.add_argument("--batches", default="1,8")
     p.add_argument("--variants", default="dense,block4@87.5%")
@@ -91,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, required=True, help="CSV to write (rows appended)")
     p.add_argument("--child", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.child:  # model, batch, variant: print one JSON line
         model, batch, variant = args.child.split("|")
         print(json.dumps(_one(model, int(batch), variant, args.repeats, args.threads)))

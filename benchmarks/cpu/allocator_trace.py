@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.cpu.allocator_effect import SETTINGS, host_cpu
+from dse.cli.parser import Parser
 
 FIELDS = ("model", "batch", "variant", "allocator", "brk_calls", "brk_grown_bytes",
           "brk_shrunk_bytes", "mmap_calls", "mmap_bytes", "munmap_calls", "munmap_bytes",
@@ -84,16 +85,20 @@ def count_calls(lines: list[str]) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> Parser:
+    p = Parser(description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="deit_small_patch16_224,vit_base_patch16_224")
     p.add_argument("--batches", default="1,8")
     p.add_argument("--variants", default="dense,block4@87.5%")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, required=True, help="CSV to write (rows appended)")
     p.add_argument("--child", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.child:
         model, batch, variant = args.child.split("|")
         _child(model, int(batch), variant, args.threads)

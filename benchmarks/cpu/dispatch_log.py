@@ -13,11 +13,12 @@ where that input is not contiguous. Counts, not times. Needs the ``export`` extr
 
 from __future__ import annotations
 
-import argparse
 import collections
 import shlex
 import sys
 from pathlib import Path
+
+from dse.cli.parser import Parser
 
 
 def dispatch_counts(model: str, batch: int) -> collections.Counter:
@@ -45,12 +46,16 @@ def dispatch_counts(model: str, batch: int) -> collections.Counter:
     return counts
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> Parser:
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="timm model name")
     parser.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
     parser.add_argument("--out", type=Path, required=True, help="text file to write")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.batch < 1:
         print("dispatch_log: --batch must be at least 1", file=sys.stderr)
         return 2

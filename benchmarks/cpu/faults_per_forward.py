@@ -34,6 +34,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dse.cli.parser import Parser
+
 PAGE_BYTES = 4096
 MMAP_THRESHOLD_MAX_BYTES = 32 << 20  # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit
 STEPS = (("dense", 1), ("block4@87.5%", 1), ("dense", 8), ("block4@87.5%", 8))
@@ -119,16 +121,20 @@ def _child(model: str, forwards: int, threads: int) -> None:
         del kernel
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> Parser:
+    p = Parser(description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="convnext_tiny,deit_small_patch16_224,mixer_s16_224,"
                                        "swin_tiny_patch4_window7_224,vit_base_patch16_224")
     p.add_argument("--forwards", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path)
     p.add_argument("--child", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.child:
         _child(args.child, args.forwards, args.threads)
         return 0

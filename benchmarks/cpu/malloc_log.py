@@ -68,6 +68,7 @@ from benchmarks.cpu.heap_replay import (
     replay,
     replay_blocks,
 )
+from dse.cli.parser import Parser
 
 SOURCE = Path(__file__).with_name("malloc_log.c")
 RECORD = np.dtype([(name, "<u8") for name in ("seq", "op_tid", "size", "addr", "aux", "head",
@@ -407,9 +408,9 @@ def _replay_log(path: Path) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> Parser:
+    p = Parser(description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="deit_small_patch16_224")
     p.add_argument("--batches", default="1,8")
     p.add_argument("--variants", default="dense,block4@87.5%")
@@ -423,6 +424,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replay", type=Path, metavar="LOG",
                    help="print glibc's replayed brk growth between the markers of a kept log")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.replay is not None:
         return _replay_log(args.replay)

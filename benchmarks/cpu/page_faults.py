@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+from dse.cli.parser import Parser
+
 from .allocator_effect import host_cpu
 
 PAGE = 4096
@@ -185,16 +187,20 @@ def _child(method: str, size: int, repeats: int, threads: int) -> tuple:
     return tuple(json.loads(out.strip().splitlines()[-1]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> Parser:
+    p = Parser(description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes-mib", default="4,16,30", help="block sizes, MiB (at most 32: "
                    "glibc serves larger blocks by mmap whatever its threshold)")
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--threads", default="1,2", help="torch thread counts for the fill rows")
     p.add_argument("--out", type=Path)
     p.add_argument("--one", help=argparse.SUPPRESS)  # a child's job: METHOD,SIZE,REPEATS,N
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.one:
         method, size, repeats, n = args.one.split(",")
         print(json.dumps(_one(method, int(size), int(repeats), int(n))))

@@ -17,13 +17,14 @@ every op is slower by whatever else ran. Needs the ``export`` extra (torch, timm
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 import time
 from pathlib import Path
 
 import pandas as pd
+
+from dse.cli.parser import Parser
 
 
 def profile(model: str, batch: int, forwards: int = 7) -> pd.DataFrame:
@@ -63,8 +64,8 @@ def profile(model: str, batch: int, forwards: int = 7) -> pd.DataFrame:
         model=model, batch=batch, forward_s=min(walls))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> Parser:
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", required=True, help="timm model name "
                         "(repeat for several)")
     parser.add_argument("--batch", type=int, action="append", help="batch size (repeat; "
@@ -72,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--forwards", type=int, default=7, help="profiled forwards (default 7)")
     parser.add_argument("--out", type=Path, required=True, help="CSV to write (first line: "
                         "the command)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     batches = args.batch or [1, 8]
     if min(batches) < 1 or args.forwards < 1:
         print("profile_model_ops: --batch and --forwards must be at least 1", file=sys.stderr)

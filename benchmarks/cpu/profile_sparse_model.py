@@ -16,11 +16,12 @@ so read them as shares, not as kernel timings. Needs the ``export`` extra (torch
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import pandas as pd
+
+from dse.cli.parser import Parser
 
 
 def profile(model: str, batch: int, fmt_text: str | None, forwards: int = 2) -> pd.DataFrame:
@@ -44,15 +45,19 @@ def profile(model: str, batch: int, fmt_text: str | None, forwards: int = 2) -> 
     return pd.DataFrame(rows).sort_values("self_cpu_s_per_forward", ascending=False)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> Parser:
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="deit_small_patch16_224", help="timm model name")
     parser.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
     parser.add_argument("--format", default="block4@87.5%",
                         help="sparse format of the sparse variant (default block4@87.5%%)")
     parser.add_argument("--forwards", type=int, default=2, help="profiled forwards (default 2)")
     parser.add_argument("--out", type=Path, required=True, help="CSV to write")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.batch < 1 or args.forwards < 1:
         print("profile_sparse_model: --batch and --forwards must be at least 1",
               file=sys.stderr)

@@ -49,6 +49,7 @@ import time
 import traceback
 from pathlib import Path
 
+from dse.cli.parser import Parser
 from dse.measure.budget import MAX_BUDGET_S, Budget, parse_duration
 
 from . import (
@@ -165,8 +166,8 @@ def _share(parts: list[str], index: int, remaining_s: float) -> float:
     return remaining_s * PARTS[parts[index]].weight / later
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not usage plus a line
+class _Parser(Parser):  # dse's: a second, different value of an option refused
+    def error(self, message: str):  # one line, "collect: ..." as its other refusals
         print(f"collect: {message}", file=sys.stderr)
         sys.exit(2)
 

@@ -44,7 +44,6 @@ missing or holds no ``dtype_gemm`` rows.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dse.cli.parser import Parser
 from dse.roofline import Numerics
 
 HERE = Path(__file__).resolve().parent
@@ -308,17 +308,21 @@ def _check_out(out: Path) -> None:
                            "system takes (255); give a shorter one")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu.compare_dtype",
-                                description="dse's expectation in bf16, fp8, int8 and int4 "
-                                            "weights against the H100 dtype_gemm rows.")
+def build_parser() -> Parser:
+    p = Parser(prog="python -m benchmarks.gpu.compare_dtype",
+               description="dse's expectation in bf16, fp8, int8 and int4 "
+                           "weights against the H100 dtype_gemm rows.")
     p.add_argument("--data", type=Path, action="append", metavar="PARQUET",
                    help="dtype_gemm rows (repeatable; default: both seeds' part files)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="CSV of every shape")
     shipped = SHIPPED.relative_to(HERE.parent.parent)
     p.add_argument("--ship", action="store_true",
                    help=f"also write the medians dse quotes to {shipped}")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     paths = args.data or list(DEFAULT_DATA)
     try:
         _check_out(args.out)  # before the work, not after it

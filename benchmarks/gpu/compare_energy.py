@@ -19,11 +19,12 @@ stand (attention as exported); the measured eager 2:4 models ran torch's math at
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import pandas as pd
+
+from dse.cli.parser import Parser
 
 #: A reading's power must be at least this multiple of the idle power for its dynamic share
 #: to count in the summary.
@@ -75,10 +76,14 @@ def compare(folders: list[Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> Parser:
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="collect --out folders")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     missing = [f for f in args.folders if not (f / "energy.parquet").exists()]
     if missing:
         print(f"compare_energy: {missing[0]}: no energy.parquet (run benchmarks/gpu/collect "

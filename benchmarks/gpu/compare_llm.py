@@ -18,13 +18,13 @@ included). A measurement below the bound would be a bug in dse: the script exits
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 import dse
+from dse.cli.parser import Parser
 from workloads.llm import llm_trace, load_llm_config
 
 HERE = Path(__file__).resolve().parent
@@ -60,15 +60,19 @@ def priced(measured: pd.DataFrame, calibrated: str | None) -> pd.DataFrame:
     return frame
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> Parser:
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--measured", action="append", type=Path,
                         help="CSV written by benchmarks/gpu/llm_decode.py (repeatable; default "
                              "the two shipped ones)")
     parser.add_argument("--calibrated", default="h100-sxm",
                         help="predictor set for the expectation ('none' for the bound only)")
     parser.add_argument("--out", type=Path, help="write the joined table to this CSV")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     paths = args.measured or MEASURED
     if args.out is not None:
         from .out_check import file_problem

@@ -28,7 +28,6 @@ with the project installed). ``--measurements`` and ``--out`` change the files.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -38,6 +37,7 @@ import pandas as pd
 
 import dse
 import workloads
+from dse.cli.parser import Parser
 from workloads import Trace
 
 HERE = Path(__file__).resolve().parent
@@ -89,11 +89,15 @@ def predict(trace: Trace, batches: list[int]) -> pd.DataFrame:
     return t
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> Parser:
+    p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--measurements", default=str(HERE / "results" / "models_measurements.csv"))
     p.add_argument("--out", default=str(HERE / "results" / "models_predicted_vs_measured.csv"))
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     from .out_check import file_problem
 
     problem = file_problem(args.out)

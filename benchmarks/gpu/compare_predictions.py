@@ -22,7 +22,6 @@ Run from the repository root: ``.venv/bin/python -m benchmarks.gpu.compare_predi
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -33,6 +32,7 @@ import pandas as pd
 import accelerator_models
 import dse
 import formats
+from dse.cli.parser import Parser
 from workloads import Trace
 
 HERE = Path(__file__).resolve().parent
@@ -255,11 +255,15 @@ def summary_tables(out: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser() -> Parser:
+    ap = Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--measurements", type=Path, default=HERE / "results" / "gemm_measurements.csv")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "predicted_vs_measured.csv")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     from .out_check import file_problem
 
     problem = file_problem(args.out)

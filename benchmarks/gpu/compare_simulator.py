@@ -24,7 +24,6 @@ Run from the repository root: ``.venv/bin/python -m benchmarks.gpu.compare_simul
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 import dse
+from dse.cli.parser import Parser
 from dse.sim.simulate import SimConfig, simulate
 from workloads import load_trace
 
@@ -82,13 +82,17 @@ def compare(measurements: pd.DataFrame, config: SimConfig) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> Parser:
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--measurements", type=Path,
                         default=HERE / "results" / "models_measurements.csv")
     parser.add_argument("--out", type=Path,
                         default=HERE / "results" / "simulator_vs_measured.csv")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     from .out_check import file_problem
 
     problem = file_problem(args.out)

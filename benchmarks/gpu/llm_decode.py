@@ -31,6 +31,8 @@ import time
 from functools import partial
 from pathlib import Path
 
+from dse.cli.parser import Parser
+
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = ["model", "variant", "phase", "batch", "tokens", "context", "wall_s", "kernel_s",
           "tokens_per_s", "repeats", "converted_linears", "device_name", "torch", "transformers",
@@ -172,9 +174,9 @@ def run(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> Parser:
+    p = Parser(description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="llama-3-8b", help="shipped LLM names, comma-separated")
     p.add_argument("--variants", default="dense,2:4", help="dense and/or 2:4")
     p.add_argument("--batches", default="1,8,32", help="decode batches")
@@ -184,7 +186,11 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=None, help="override the layer count (smoke)")
     p.add_argument("--budget", type=float, default=480, help="seconds; models after it are skipped")
     p.add_argument("--out", default="llm_decode.csv", help="CSV to append rows to")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     from .out_check import file_problem
 
     problem = file_problem(args.out)  # before loading a model, not after it

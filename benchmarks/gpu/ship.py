@@ -12,7 +12,6 @@ fingerprint, versions). ``dse calibrate --data NAME`` then finds it.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import shlex
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dse.cli.parser import Parser
 from dse.measure.dataset import DATASETS_DIR, SCHEMA_VERSION, DatasetError, concat
 from dse.output import FileSet, write_atomic, write_table
 
@@ -55,11 +55,15 @@ def _write_json(document: dict, path: Path) -> None:
     write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> Parser:
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="collect --out folders")
     parser.add_argument("--name", required=True, help="dataset name (dse calibrate --data NAME)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         path, rows = ship(args.name, args.folders)
     except DatasetError as exc:

@@ -13,6 +13,7 @@ import csv
 import math
 import os
 import statistics
+import sys
 from collections import defaultdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -77,12 +78,23 @@ def fmt(x, f="{:.2f}"):
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f.format(x)
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def build_parser() -> argparse.ArgumentParser:
+    """dse's parser, which refuses a second, different value of an option (stdlib only). Run
+    as ``python3 benchmarks/gpu/summarize.py`` without dse installed, the checkout's."""
+    try:
+        from dse.cli.parser import Parser
+    except ModuleNotFoundError:
+        sys.path.append(os.path.dirname(os.path.dirname(HERE)))
+        from dse.cli.parser import Parser
+    ap = Parser()
     res = os.path.join(HERE, "results")
     ap.add_argument("csv", nargs="?", default=os.path.join(res, "gemm_measurements.csv"))
     ap.add_argument("--repeat", default=os.path.join(res, "gemm_measurements_repeat_dense_24.csv"))
-    a = ap.parse_args()
+    return ap
+
+
+def main():
+    a = build_parser().parse_args()
     rows = load(a.csv)
     ok = [r for r in rows if not r["error"] and r["median_s"]]
 

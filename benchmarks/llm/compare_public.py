@@ -44,7 +44,6 @@ weights, which no shipped predictor timed.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -56,6 +55,7 @@ from pathlib import Path
 import pandas as pd
 
 from dse.cli.main import main as dse_main
+from dse.cli.parser import Parser
 
 HERE = Path(__file__).resolve().parent
 FIGURES = HERE / "public_figures.csv"
@@ -148,14 +148,18 @@ def _groups(table: pd.DataFrame):
         yield name, table[label == name]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> Parser:
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--figures", type=Path, default=FIGURES,
                         help="published figures (CSV, the columns of public_figures.csv)")
     parser.add_argument("--out", type=Path, help="write the joined table to this CSV")
     parser.add_argument("--calibrated", metavar="DEVICE",
                         help="add the expectation of these kernel predictors (e.g. h100-sxm)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     table = bounds(pd.read_csv(args.figures), args.calibrated)
     if args.out:
         table.to_csv(args.out, index=False)

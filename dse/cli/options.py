@@ -33,7 +33,7 @@ from .names import (
     WEIGHT_DTYPES,
     fusion_models,
 )
-from .parser import OptionValueError, Parser
+from .parser import OptionValueError, Parser, given_twice
 from .progress import StatusLine
 
 if TYPE_CHECKING:
@@ -729,9 +729,7 @@ def design_from_args(args: argparse.Namespace) -> Design:
     for option in single:
         values = _unique(str(v) for v in given.get(option) or [])
         if len(values) > 1:
-            raise InputError(f"{option} given {len(values)} values ({', '.join(values)}): "
-                             f"{args.command_name} takes one; keep one, or run it once for "
-                             "each")
+            raise InputError(given_twice(option, values, args.command_name))
     last = {o: (v[-1:] if v and o in single else v) or defaults.get(o, [])
             for o, v in given.items()}
     names = _unique(h.strip() for v in last["--hw"] for h in v.split(",") if h.strip())

@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
+from collections.abc import Sequence
 
-__all__ = ["OptionValueError", "Parser"]
+__all__ = ["OptionValueError", "Parser", "given_twice"]
 
 
 class OptionValueError(argparse.ArgumentTypeError):
@@ -65,13 +66,31 @@ class _StoreOnce(argparse._StoreAction):
         given = getattr(parser, "_given", None)
         if self.option_strings and self.nargs in (None, "?") and isinstance(given, dict):
             if self.dest in given and given[self.dest] != values:
-                from search.credentials import mask_credentials  # re only; a URL's password
-
-                raise argparse.ArgumentError(self, mask_credentials(
-                    f"given twice ({given[self.dest]} and {values}): it takes one value a "
-                    "run; keep one, or run dse once for each"))
+                name = max(self.option_strings, key=len)
+                raise argparse.ArgumentError(None, given_twice(
+                    name, [given[self.dest], values], parser.prog))
             given[self.dest] = values
         super().__call__(parser, namespace, values, option_string)
+
+
+def given_twice(option: str, values: Sequence[object], command: str) -> str:
+    """The one refusal of different values of an option a command takes once, whether
+    :class:`Parser` or the command refuses it: ``--out given twice (a.csv, b.csv): give it once,
+    or run dse evaluate once for each``. ``values``: the different values, in the order given.
+    Passwords are masked, and values that differ only in theirs say so (the masked texts alone
+    read the same: ``postgresql://u:***@h/db, postgresql://u:***@h/db``)."""
+    from search.credentials import mask_credentials  # re only; a URL's password
+
+    texts = list(dict.fromkeys(str(v) for v in values))
+    masked: dict[str, int] = {}  # masked text -> how many different texts read so
+    for text in map(mask_credentials, texts):
+        masked[text] = masked.get(text, 0) + 1
+    shown = [text if same == 1 else
+             f"{text} with {'two' if same == 2 else same} different passwords"
+             for text, same in masked.items()]
+    count = "twice" if len(texts) == 2 else f"{len(texts)} different values"
+    return (f"{option} given {count} ({', '.join(shown)}): give it once, or run {command} once "
+            "for each")
 
 
 def _suggestion(message: str) -> str:
