@@ -179,6 +179,34 @@ def test_a_kv_cache_dtype_marks_the_attention_products(dense_llm):
             == "").all()
 
 
+def test_a_kv_cache_read_of_one_element_is_marked():
+    """One KV head of width 1 at a one-token context: each attention product reads exactly one
+    cached element a sample, in fp8, and is marked like any other."""
+    one = dict(TINY, num_attention_heads=1, num_key_value_heads=1, head_dim=1)
+    trace = llm_trace(llm_config_from_dict(one, name="one"), "decode", 1)
+    reads = trace.provenance["kv_read_by_op"]
+    assert set(reads.values()) == {1} and len(reads) == 4
+    fp8 = Numerics(kv_dtype="fp8")
+    layers = _layers(trace, batches=(1,), numerics=fp8)
+    marked = expected_layers(layers, trace, _device(), numerics=fp8)
+    reads_kv = layers["op"].isin(list(reads)).to_numpy()
+    assert reads_kv.sum() == 4
+    assert (marked["extrapolated_dtype"].to_numpy()[reads_kv] == "fp8 KV cache").all()
+    assert (marked["extrapolated_dtype"].to_numpy()[~reads_kv] == "").all()
+
+
+def test_the_note_names_the_compute_dtype_where_the_timed_one_is_unknown(dense_llm):
+    """Hand-made predictors name no shipped dataset, so the dtype their kernels ran in is
+    unknown: the note names the run's compute dtype (bf16 here), not fp16."""
+    bf16 = Numerics(dtype="bf16", weight_dtype="int4")
+    layers = _layers(dense_llm, batches=(1,), numerics=bf16)
+    marked = expected_layers(layers, dense_llm, _device(), numerics=bf16)
+    linear = dense_llm.ops.set_index("name").loc[layers["op"], "kind"].to_numpy() == "linear"
+    assert set(marked.loc[linear, "calibration"]) == {
+        "int4 weights never timed on hand: gemm extrapolated, the fraction of the speed of "
+        "light of its bf16 kernels applied to the narrower bytes"}
+
+
 def test_coverage_counts_quantised_gemms_as_extrapolated(dense_llm):
     layers = _layers(dense_llm, batches=(1,), numerics=INT4)
     priced = expected_layers(layers, dense_llm, _device(), numerics=INT4)

@@ -252,10 +252,10 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
             expected[rows] = sol + predictors.launch_floor_s
             names[rows] = f"{predictors.name}:bound"
         else:
-            kernel, impl = model.predict_best_s(x[rows], sol)
+            # a convolution is priced as the implementation that runs it, where the
+            # predictor learned that one; anything else as its fastest implementation
             ran = _ran_as(model, x[rows], sol, key)
-            if ran is not None:
-                kernel, impl = ran
+            kernel, impl = ran if ran is not None else model.predict_best_s(x[rows], sol)
             if model.target == "time":  # learned times do not follow narrower bytes
                 narrow = untimed[rows] != ""
                 kernel = np.where(narrow, model.physical_s(sol), kernel)
@@ -272,7 +272,7 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
                 how = ("its floor + bound / ceiling used, as the times it learned do not "
                        "follow the bytes" if model is not None and model.target == "time"
                        else "the fraction of the speed of light of its "
-                       f"{timed_in or _dtype_of(numerics)} kernels applied to the "
+                       f"{timed_in or numerics.dtype} kernels applied to the "
                        f"{'bound in ' + numerics.dtype if 'compute' in what else 'narrower bytes'}")
                 said = (f"{what} never timed on {predictors.name}: {key} extrapolated, {how}")
                 narrow = rows[untimed[rows] == what]
@@ -297,10 +297,6 @@ def expected_layers(layers: pd.DataFrame, trace, predictors: DevicePredictors,
     out["calibration"] = notes
     out["extrapolated_dtype"] = untimed
     return out
-
-
-def _dtype_of(numerics: Numerics | None) -> str:
-    return numerics.dtype if numerics is not None else "fp16"
 
 
 def timed_dtype(predictors: DevicePredictors) -> str | None:
