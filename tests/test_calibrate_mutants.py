@@ -518,3 +518,54 @@ def test_a_convolution_reading_an_input_that_is_no_image_is_a_plain_conv():
     trace = Trace.from_records("toy", [1, 32], [conv], {"source": "test"})
     layers = evaluate_layers(trace, "h100-sxm", ["dense"], batches=1, scope="all")
     assert op_configs(layers, trace)["kind"].tolist() == ["conv"]
+
+
+def test_row_balance_by_hand_at_its_edges():
+    """row_balance's three features, each step in Python floats from its docstring, on rows at
+    its edges: one block a block-row (k = b) over two block-rows, one output row (m = 1), a
+    single output column (n = 1), a one-column tile and one unit (each CTA a wave), a density
+    so small that the mean's floor of 1e-9 blocks holds, and a block row with no GEMM rows."""
+    from dse.calibrate.features import row_balance
+
+    d_tiny = 1.0 - (1.0 - 1e-12)  # the density a sparsity of 1 - 1e-12 leaves, as floats do
+    frame = pd.DataFrame({
+        "key": ["block16", "csr", "csr", "block16"],
+        "m": [32, 1, 4, 0], "k": [16, 4, 1, 16], "n": [3, 1, 1, 8],
+        "sparsity": [0.5, 0.75, 1.0 - 1e-12, 0.5], "block": [16, 1, 1, 16]})
+    imbalance, depth, waves = row_balance(frame, units=1, tile=1)
+
+    def by_hand(per_row, density, block_rows, ctas):
+        mean = max(per_row * density, 1e-9)
+        spread = math.sqrt(per_row * density * (1.0 - density))
+        ratio = 1.0 + spread / mean * math.sqrt(2.0 * math.log(max(block_rows, 2.0)))
+        return math.log(ratio), math.log1p(mean * ratio), math.log(ctas)
+
+    expected = [by_hand(1.0, 0.5, 2.0, 2 * 3),   # 32 / 16 block-rows, 3 one-column tiles each
+                by_hand(4.0, 0.25, 1.0, 1),      # one row, one column
+                by_hand(1.0, d_tiny, 4.0, 4),    # mean 1e-12 blocks, floored at 1e-9
+                (0.0, 0.0, 0.0)]                 # m = 0: no GEMM, no rows to balance
+    got = np.column_stack([imbalance, depth, waves])
+    np.testing.assert_allclose(got, np.array(expected), rtol=1e-12, atol=0)
+    # the first row's numbers, written out: ratio 1 + sqrt(2 ln 2), six CTAs
+    assert math.exp(imbalance[0]) == pytest.approx(1.0 + math.sqrt(2.0 * math.log(2.0)))
+    assert math.exp(waves[0]) == pytest.approx(6.0)
+    assert math.exp(imbalance[2]) == pytest.approx(1.0 + 1e-6 / 1e-9 * math.sqrt(2 * math.log(4)),
+                                                   rel=1e-4)
+
+
+def test_a_patchify_convolutions_input_channels_are_k_over_its_window():
+    """A 4 x 4 stem over 3 channels: K = 48, so its input channels per group are 48 / 16 = 3
+    (aligned to 1, not to K's 16); 96 output channels align to 32."""
+    from dse.calibrate.features import channel_alignment
+
+    frame = pd.DataFrame({"kind": ["conv"], "m": [96], "k": [48]})
+    cin, cout = channel_alignment(frame, np.array([True]), np.array([4.0]))
+    assert (cin.tolist(), cout.tolist()) == ([1.0], [32.0])
+
+
+def test_a_convolution_of_unknown_input_channels_is_no_image_convolution():
+    from dse.calibrate.features import feature_kind
+
+    assert feature_kind("conv", "stem.conv") == "conv"  # channels not given: not an image
+    assert feature_kind("conv", "stem.conv", 3) == "conv:image"
+    assert feature_kind("conv", "stem.conv", 5) == "conv"

@@ -492,3 +492,56 @@ def test_select_by_with_the_spmv_estimator_is_refused(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--select-by rmspe: it chooses the kernel predictors' methods" \
         in err[0]
+
+
+def _timing_out(mutation, monkeypatch, times: int):
+    """``_run_tests`` as the fixture's, but a run of the ``3 -> 4`` mutant times out its first
+    ``times`` runs (a loaded machine, or a slow mutant)."""
+    real, seen = mutation._run_tests, []
+
+    def run(repo, tests, timeout_s):
+        seen.append("mutant" if "LIMIT = 4" in (repo / "tiny.py").read_text() else "plain")
+        if seen[-1] == "mutant" and seen.count("mutant") <= times:
+            return False, timeout_s, f"timed out after {timeout_s:.0f} s"
+        return real(repo, tests, timeout_s)
+
+    monkeypatch.setattr(mutation, "_run_tests", run)
+    return seen
+
+
+def test_a_timeout_from_load_is_checked_and_the_mutant_survives(tiny, tmp_path, capsys,
+                                                                 monkeypatch):
+    mutation, _, _ = tiny
+    seen = _timing_out(mutation, monkeypatch, times=1)
+    journal = tmp_path / "j.jsonl"
+    assert mutation.main(["--module", "tiny", "--journal", str(journal)]) == 0
+    # the 3 -> 4 mutant times out, the unmutated subset is timed again right after, and the
+    # mutant runs again (and passes: it survives); "+ -> -" and the first unmutated run aside
+    i = seen.index("mutant")
+    assert seen[i:i + 3] == ["mutant", "plain", "mutant"] and seen.count("mutant") == 2
+    entries = {e["change"]: e for e in map(json.loads, journal.read_text().splitlines())}
+    assert entries["3 -> 4"]["killed"] is False
+    assert "survived tiny.py:5: 3 -> 4" in capsys.readouterr().out
+
+
+def test_a_slow_mutant_is_killed_by_its_checked_timeout_and_old_timeouts_rerun(
+        tiny, tmp_path, capsys, monkeypatch):
+    mutation, _, _ = tiny
+    seen = _timing_out(mutation, monkeypatch, times=2)
+    journal = tmp_path / "j.jsonl"
+    assert mutation.main(["--module", "tiny", "--journal", str(journal)]) == 0
+    entries = {e["change"]: e for e in map(json.loads, journal.read_text().splitlines())}
+    assert entries["3 -> 4"]["killed"] is True
+    assert mutation.TIMEOUT_CHECKED in entries["3 -> 4"]["last"]
+    assert seen.count("mutant") == 2
+    # a rerun holds it; a timeout journaled without the check (as before it) runs again
+    seen.clear()
+    assert mutation.main(["--module", "tiny", "--journal", str(journal)]) == 0
+    assert seen == []
+    lines = journal.read_text().splitlines()
+    old = json.loads(lines[-1])
+    old["last"] = "timed out after 52 s"
+    journal.write_text("\n".join(lines[:-1] + [json.dumps(old)]) + "\n")
+    capsys.readouterr()
+    assert mutation.main(["--module", "tiny", "--journal", str(journal)]) == 0
+    assert "(1 from the journal, 1 to run)" in capsys.readouterr().out

@@ -984,3 +984,270 @@ def test_memory_batch_defaults_to_one():
     row = evaluate_memory(CHAIN, HW, "dense", scope="all").iloc[0]
     assert row["batch"] == 1
     assert row["activation_peak_bytes"] == 192.0
+
+
+# --- the totals in numpy on a grid of formats, some falling back (task 60) ---------------------
+
+#: 2 hardware (_HW) x 3 formats x 2 batches (_BATCHES), 4 ops. Format 0 runs natively on both
+#: hardware, format 1 only on hardware 0 (hardware 1 falls back: dense in slot 0, CSR in slot 1),
+#: format 2 on neither, but none of its ops needs its kernel (fallback_ops 0): it runs its own.
+_NATIVE = np.array([[True, True, False], [True, False, False]])
+_FALLBACK_OPS = np.array([2, 1, 0], dtype=np.int64)
+
+
+def _grid_arrays():
+    """Each (3 kernels, 3 formats, 4 ops) array of distinct values (so a wrong kernel or format
+    shows), the ops' vector FLOPs; op 2 of the own kernel runs on the sparse tensor core, whose
+    time decides its compute (tensor 100/P + 4000/P_sparse against vector 1/P_vector)."""
+    k, f, j = np.meshgrid(np.arange(3.0), np.arange(3.0), np.arange(4.0), indexing="ij")
+    ft = 100.0 + 37.0 * k + 11.0 * f + 3.0 * j
+    fs = np.where(k == 0, 500.0 + 60.0 * f + 7.0 * j, 0.0)
+    fs[0, :, 2] = 4000.0 + 100.0 * np.arange(3)
+    fc = np.where(k == 2, 2000.0 + 13.0 * f + 50.0 * j, 5.0 * j)
+    wb = 300.0 + 29.0 * k + 17.0 * f + 5.0 * j
+    fu = 40.0 + 3.0 * k + 2.0 * f + j
+    ff = 10.0 + k + f + 2.0 * j
+    vflops = np.array([1.0, 16.0, 1.0, 64.0])
+    return ft, fs, fc, wb, fu, ff, vflops
+
+
+def _totals_by_hand(h, k, f, batch):
+    """One design's 11 totals, op by op in Python floats from the roofline's formulas."""
+    ft, fs, fc, wb, fu, ff, v = _grid_arrays()
+    inv = [float(x) for x in _HW[h]]
+    t = dict(unfused=0.0, fused=0.0, compute=0.0, mem=0.0, mem_fused=0.0, weights=0.0,
+             flops=0.0, bound=0, bound_fused=0, feat=0.0, feat_fused=0.0)
+    for j in range(4):
+        tensor = batch * (ft[k, f, j] * inv[1] + fs[k, f, j] * inv[2])
+        vector = batch * (fc[k, f, j] * inv[3] + v[j] * inv[4])
+        c = max(tensor, vector)
+        m = (wb[k, f, j] + fu[k, f, j] * batch) * inv[0]
+        fm = (wb[k, f, j] + ff[k, f, j] * batch) * inv[0]
+        t["unfused"] += max(c, m)
+        t["fused"] += max(c, fm)
+        t["compute"] += c
+        t["mem"] += m
+        t["mem_fused"] += fm
+        t["weights"] += wb[k, f, j]
+        t["flops"] += (ft[k, f, j] + fs[k, f, j] + fc[k, f, j]) * batch
+        t["bound"] += m > c
+        t["bound_fused"] += fm > c
+        t["feat"] += fu[k, f, j] * batch
+        t["feat_fused"] += ff[k, f, j] * batch
+    return [t["unfused"], t["fused"], t["compute"], t["mem"], t["mem_fused"], t["weights"],
+            t["flops"], t["bound"], t["bound_fused"], t["feat"], t["feat_fused"]]
+
+
+@pytest.mark.parametrize("kernel", ["_design_totals_numpy", "_design_totals_serial",
+                                    "_design_totals_parallel"])
+def test_design_totals_of_a_grid_of_formats_by_hand(kernel):
+    """Design d = (h x 3 + f) x 2 + b. Slot 0 runs the format's own kernel (0) where the
+    hardware runs it or no op needs it, else dense (1); slot 1 the same, with CSR (2) in place
+    of dense. Only hardware 1 x format 1 falls back (designs 8 and 9)."""
+    args = (_HW, _NATIVE, _FALLBACK_OPS, _BATCHES, *_grid_arrays())
+    totals = getattr(kernels, kernel)(*args)
+    assert totals.shape == (12, 2, kernels.TOTAL_COLUMNS)
+    for d in range(12):
+        h, f, b = d // 6, (d // 2) % 3, d % 2
+        falls_back = (h, f) == (1, 1)
+        for slot, k in enumerate((1, 2) if falls_back else (0, 0)):
+            np.testing.assert_allclose(totals[d, slot], _totals_by_hand(h, k, f, _BATCHES[b]),
+                                       rtol=REL, err_msg=f"design {d} slot {slot}")
+    # The sparse tensor core decides op 2's compute: design 0 (h 0, f 0, batch 1) runs
+    # 106 x 1e-12 + 4000 x 5e-13 = 2.106e-9 s there, against 1 x 2e-11 on the vector cores.
+    c, *_ = kernels._per_op_numpy(_HW, np.zeros(12, dtype=np.int64), _BATCHES,
+                                  *_grid_arrays())
+    assert c[0, 2] == pytest.approx(2.106e-9, rel=REL)
+
+
+@pytest.mark.parametrize("kernel", ["_per_op_serial", "_per_op_parallel", "_per_op_numpy"])
+def test_per_op_costs_of_a_grid_of_formats_by_hand(kernel):
+    """Per op of each design (kernel 0, 1, 2, 0, ... by design), the compute time
+    batch x max(ft / P_tensor + fs / P_sparse, fc / P_csr + v / P_vector) by hand, with the
+    sparse tensor core deciding op 2 of kernel 0."""
+    chosen = np.arange(12, dtype=np.int64) % 3
+    ft, fs, fc, wb, fu, ff, v = _grid_arrays()
+    compute, memory, memory_fused, flops, wbytes = getattr(kernels, kernel)(
+        _HW, chosen, _BATCHES, ft, fs, fc, wb, fu, ff, v)
+    for d in range(12):
+        h, f, batch, k = d // 6, (d // 2) % 3, float(_BATCHES[d % 2]), int(chosen[d])
+        inv = [float(x) for x in _HW[h]]
+        for j in range(4):
+            want = max(batch * (ft[k, f, j] * inv[1] + fs[k, f, j] * inv[2]),
+                       batch * (fc[k, f, j] * inv[3] + v[j] * inv[4]))
+            assert compute[d, j] == pytest.approx(want, rel=REL), (d, j)
+            assert memory[d, j] == pytest.approx((wb[k, f, j] + fu[k, f, j] * batch) * inv[0],
+                                                 rel=REL)
+            assert memory_fused[d, j] == pytest.approx(
+                (wb[k, f, j] + ff[k, f, j] * batch) * inv[0], rel=REL)
+            assert flops[d, j] == (ft[k, f, j] + fs[k, f, j] + fc[k, f, j]) * batch
+            assert wbytes[d, j] == wb[k, f, j]
+
+
+# --- the memory model's live sets and edges (task 60) ------------------------------------------
+
+def test_an_early_model_output_stays_live_to_the_end():
+    """a (an output no op reads, 100 elements) is written first and lives to the last op;
+    b reads the model input (4) and writes 1; c reads b and writes 50. Unfused live sets:
+    at a: input 4 + a 100 = 104; at b: 4 + 100 + 1 = 105 (the input's last reader);
+    at c: a 100 + b 1 + c 50 = 151, the peak."""
+    trace = Trace.from_records("early-output", [4], [
+        _op("a", "elementwise", 0, 0, 0, 0, 4, 100, 100, False, ["input"]),
+        _op("b", "elementwise", 0, 0, 0, 0, 4, 1, 4, False, ["input"]),
+        _op("c", "elementwise", 0, 0, 0, 0, 1, 50, 50, False, ["b"]),
+    ], {"source": "test"})
+    assert trace.ops["is_output"].tolist() == [True, False, True]
+    from dse.roofline.memory import activation_peak
+
+    assert activation_peak(trace, "unfused").dram_elems == 151.0
+
+
+def _memory_of_one_design(trace, fusion, capacity=None, l2=None):
+    from dse.roofline.memory import memory_from_stored
+
+    hw = dataclasses.replace(HW, dram_capacity_bytes=capacity, l2_bytes=l2)
+    return memory_from_stored(0.0, np.array([np.nan]), np.array([1.0]),
+                              np.array([fusion], dtype=object), np.array(["hand"], dtype=object),
+                              trace, {"hand": hw}, Numerics(dtype="fp8"))
+
+
+def test_a_batch_of_one_byte_a_sample_fits_as_many_times_as_the_room():
+    """fp8, the model input of 1 element and one op writing nothing: 1 B a sample; no weights,
+    so 5 B of DRAM fit batches up to 5."""
+    trace = Trace.from_records("one-byte", [1], [
+        _op("x", "other", 0, 0, 0, 0, 1, 0, 0, False, ["input"])], {"source": "test"})
+    out = _memory_of_one_design(trace, "unfused", capacity=5.0)
+    assert out["activation_peak_bytes"].tolist() == [1.0]
+    assert out["largest_batch_that_fits"].tolist() == [5]
+
+
+def test_one_byte_kept_on_chip_of_unknown_l2_is_not_known_to_fit():
+    """fp8, fused: a's 1 element stays on chip for b (the model output): 1 B on chip, and with
+    no L2 size whether it fits is unknown (NA); with an L2 of 1 B it fits."""
+    trace = Trace.from_records("one-on-chip", [1], [
+        _op("a", "elementwise", 0, 0, 0, 0, 1, 1, 1, False, ["input"]),
+        _op("b", "elementwise", 0, 0, 0, 0, 1, 1, 1, False, ["a"])], {"source": "test"})
+    out = _memory_of_one_design(trace, "fused")
+    assert out["onchip_peak_bytes"].tolist() == [1.0]
+    assert out["fits_on_chip"].isna().tolist() == [True]
+    assert out["fits_on_chip"].tolist() == [pd.NA]
+    assert _memory_of_one_design(trace, "fused", l2=1.0)["fits_on_chip"].tolist() == [True]
+
+
+# --- an MoE layer of 4 tokens a sample, with an unrouted linear after it (task 60) -------------
+
+#: experts: a routed linear of 4 sets of W 8 x 16 (512 weights, 1024 B at fp16), 4 tokens a
+#: sample, 1 set a token (n = 4 token-set pairs); a step of batch b reads 1 - (3/4)^(4b) of them.
+#: norm: 8 weights; head: a linear W 4 x 8 (32 weights), neither routed.
+MOE4 = Trace.from_records("moe4", [4, 16], [
+    _op("experts", "linear", 8, 16, 4, 512, 64, 32, 0, True, ["input"]),
+    _op("norm", "norm", 0, 0, 0, 8, 32, 32, 128, False, ["experts"]),
+    _op("head", "linear", 4, 8, 4, 32, 32, 16, 0, True, ["norm"]),
+], {"routed_weights_by_op": {"experts": {"sets": 4, "sets_per_token": 1,
+                                         "tokens_per_sample": 4}}})
+
+
+def test_weights_read_by_a_step_of_several_tokens_a_sample():
+    """Batch 1: T = 4 tokens touch 1 - (3/4)^4 = 175/256 of the experts; batch 2: T = 8,
+    1 - (3/4)^8 = 58975/65536. norm and head read theirs whole. The experts left unread:
+    1024 x 81/256 = 324 B and 1024 x 6561/65536 = 102.515625 B."""
+    from dse.roofline.pricing import weight_read_share
+
+    assert weight_read_share(MOE4, slice(None), 1.0).tolist() == pytest.approx(
+        [175 / 256, 1.0, 1.0], rel=REL)
+    assert weight_read_share(MOE4, slice(None), 2.0).tolist() == pytest.approx(
+        [58975 / 65536, 1.0, 1.0], rel=REL)
+    frame = dse.evaluate(MOE4, HW, "dense", [1, 2], scope="all")
+    assert unread_weight_bytes(frame, MOE4).tolist() == pytest.approx([324.0, 102.515625],
+                                                                      rel=REL)
+
+
+def test_weight_sets_of_routed_and_unrouted_ops():
+    """The experts store their 4 sets; norm and head, not routed, one each. What is stored
+    is the sets, however many a token reads: even none."""
+    assert pricing.weight_sets(MOE4).tolist() == [4.0, 1.0, 1.0]
+    assert pricing.weight_sets(MOE).tolist() == [4.0, 1.0]
+    idle = Trace.from_records("moe-idle", [16], [
+        _op("experts", "linear", 8, 16, 1, 512, 16, 8, 0, True, ["input"]),
+        _op("norm", "norm", 0, 0, 0, 8, 8, 8, 32, False, ["experts"]),
+    ], {"routed_weights_by_op": {"experts": {"sets": 4, "sets_per_token": 0,
+                                             "tokens_per_sample": 1}}})
+    assert pricing.weight_sets(idle).tolist() == [4.0, 1.0]
+
+
+def test_quantised_dense_weight_bytes_of_every_expert():
+    """int8 weights, one fp16 scale per row: the experts' 4 x 128 weights at 1 B = 512 B and
+    4 x 8 scales x 2 B = 64 B: 576 B; norm's 8 weights stay fp16: 16 B."""
+    assert pricing.weight_bytes_dense(MOE, Numerics(weight_dtype="int8")).tolist() \
+        == [576.0, 16.0]
+
+
+def test_a_one_weight_linear_has_gemm_weights():
+    """A linear W 1 x 1 (1 weight): GEMM weights, quantised with a scale (int8: 1 B + one fp16
+    scale 2 B); unpruned it is not sparse at all (1 - 1/1 = 0)."""
+    one = Trace.from_records("one-weight", [1], [
+        _op("w", "linear", 1, 1, 1, 1, 1, 1, 0, True, ["input"])], {"source": "test"})
+    assert pricing.has_gemm_weights(one.ops).tolist() == [True]
+    assert pricing.weight_bytes_dense(one, Numerics(weight_dtype="int8")).tolist() == [3.0]
+    assert price(one, stack_formats([parse("dense")]), Numerics()).weight_sparsity.tolist() \
+        == [0.0]
+
+
+def test_csr_fallback_weight_bytes_with_index_scales_and_bias_by_hand():
+    """fc: W 8 x 16 and a bias of 8 (136 weights), int8 weights with one fp16 scale a row,
+    4-byte indices. 2:4 as CSR at 50%: 64 values x 1 B + (64 column indices + 8 + 1 row
+    pointers) x 4 B = 356 B, scales 8 x 2 = 16 B, the bias 8 x 2 B (fp16) = 16 B: 388 B. Dense
+    (stack_formats puts it first) keeps its dense bytes: 128 x 1 B + 16 + 16 = 160 B."""
+    fc = Trace.from_records("fc-bias", [4, 16], [
+        _op("fc", "linear", 8, 16, 4, 136, 64, 32, 0, True, ["input"])], {"source": "test"})
+    p = price(fc, stack_formats([parse("2:4")]), Numerics(weight_dtype="int8"))
+    assert p.csr_weight_bytes.tolist() == [[160.0], [388.0]]
+
+
+def test_kv_cache_elements_of_the_ops_that_read_it_and_none_elsewhere():
+    """Only act reads from the KV cache (12 elements); the other ops read none."""
+    kv = Trace.from_records("kv-one", [4, 16], [
+        _op("fc", "linear", 8, 16, 4, 128, 64, 32, 0, True, ["input"]),
+        _op("act", "activation", 0, 0, 0, 0, 32, 32, 256, False, ["fc"]),
+    ], {"kv_read_by_op": {"act": 12}})
+    assert pricing.cache_read_elems(kv).tolist() == [0.0, 12.0]
+
+
+def test_spilled_share_by_size_and_by_count():
+    """By size where the producers wrote anything (1 + 0 elements, the 1 spilled: all of it);
+    by count where they wrote nothing (2 of 3 edges spilled)."""
+    assert pricing.spilled_share([1.0, 0.0], [False, True]) == 1.0
+    assert pricing.spilled_share([0.5, 0.5], [False, True]) == 0.5
+    assert pricing.spilled_share([0.0, 0.0, 0.0], [False, False, True]) == pytest.approx(2 / 3)
+    assert pricing.spilled_share([0.0, 0.0], [False, True]) == 0.5
+    assert pricing.spilled_share([], []) == 1.0
+
+
+def test_feature_bytes_under_a_rule_table_by_hand():
+    """CHAIN under linear -> activation (test_rule_edges_by_hand's edges: inputs 64, 0, 32, 32;
+    outputs 0, 32, 32, 32 elements) at fp16: all 128, 64, 128, 128 B; inputs 128, 0, 64, 64 B."""
+    total, inputs = pricing.feature_bytes_rules(
+        CHAIN, RuleTable.of("t", [("linear", "activation")]), Numerics())
+    assert total.tolist() == [128.0, 64.0, 128.0, 128.0]
+    assert inputs.tolist() == [128.0, 0.0, 64.0, 64.0]
+
+
+def test_layer_rows_keep_designs_apart_past_2_to_the_64():
+    """Five keys of 8192 = 2**13 values each: numbered key by key, a row's number reaches
+    2**65, past int64, so the numbers are renumbered on the way. Without that, (4096, 0, 0, 0,
+    0) would number 4096 x 2**52 = 2**64, which wraps to 0: (0, 0, 0, 0, 0)'s number."""
+    from dse.roofline.layer_sums import DESIGN_KEYS, layer_rows
+
+    n = 8192
+    first = np.concatenate([np.arange(n), [0]])
+    other = np.concatenate([np.arange(n), [n // 2]])
+    other[n // 2] = 0  # row 4096: (4096, 0, 0, 0, 0); the last row brings back 4096
+    layers = pd.DataFrame({key: first if key == DESIGN_KEYS[0] else other
+                           for key in DESIGN_KEYS} | {"op": "fc"})
+    designs = pd.DataFrame({key: [0, n // 2] if key == DESIGN_KEYS[0] else [0, 0]
+                            for key in DESIGN_KEYS})
+    rows = layer_rows(designs, layers, CHAIN)
+    assert rows.of_designs[0] != rows.of_designs[1]
+    assert rows.of_layers[0] == rows.of_designs[0]
+    assert rows.of_layers[n // 2] == rows.of_designs[1]
+    assert len(set(rows.of_layers.tolist())) == n + 1
