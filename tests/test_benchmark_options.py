@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from dse.cli.parser import Parser, _StoreOnce
+from tests.test_cli_single_values import parsed_values, single_value_options
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -83,27 +84,11 @@ def _import(name: str):
     return importlib.import_module(name)
 
 
-def _single_value_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [a for a in parser._actions
-            if a.option_strings and isinstance(a, argparse._StoreAction)
-            and a.nargs in (None, "?")]
-
-
 def _values(parser: argparse.ArgumentParser, action: argparse.Action, n: int = 2) -> list[str]:
     """``n`` strings the option takes, with different parsed values."""
-    pool = [str(c) for c in action.choices] if action.choices else CANDIDATES
-    taken: list[tuple[str, object]] = []
-    for text in pool:
-        try:
-            value = parser._get_value(action, text)
-            parser._check_value(action, value)
-        except (argparse.ArgumentError, argparse.ArgumentTypeError, TypeError, ValueError):
-            continue
-        if all(value != v for _t, v in taken):
-            taken.append((text, value))
-        if len(taken) == n:
-            return [t for t, _v in taken]
-    raise AssertionError(f"{action.option_strings}: no {n} values in the pool; add some")
+    got = parsed_values(parser, action, CANDIDATES, n)
+    assert got is not None, f"{action.option_strings}: no {n} values in the pool; add some"
+    return got
 
 
 def _required(parser: argparse.ArgumentParser, but: argparse.Action) -> list[str]:
@@ -157,7 +142,7 @@ def test_the_scripts_import_without_torch():
 def test_a_second_different_value_is_refused_in_one_line(name, capsys):
     parser = _parser(_import(name))
     assert isinstance(parser, Parser), name
-    options = _single_value_options(parser)
+    options = single_value_options(parser)
     for action in options:
         assert isinstance(action, _StoreOnce), (name, action.option_strings)
     for action in options:

@@ -42,15 +42,17 @@ def _commands(parser: argparse.ArgumentParser, path=()):
         yield path, parser
 
 
-def _single_value_options(parser: argparse.ArgumentParser):
+def single_value_options(parser: argparse.ArgumentParser):
     return [a for a in parser._actions
             if a.option_strings and isinstance(a, argparse._StoreAction)
             and a.nargs in (None, "?")]
 
 
-def _two_values(parser, action) -> tuple[str, str] | None:
-    """Two strings the option takes, with different parsed values; None where none were found."""
-    pool = [str(c) for c in action.choices] if action.choices else CANDIDATES
+def parsed_values(parser, action, pool=CANDIDATES, n: int = 2) -> list[str] | None:
+    """``n`` strings of ``pool`` (or the option's choices) that ``action`` takes, with
+    different parsed values; None where the pool has fewer. Shared with the benchmark
+    scripts' walk (tests/test_benchmark_options.py)."""
+    pool = [str(c) for c in action.choices] if action.choices else pool
     taken: list[tuple[str, object]] = []
     for text in pool:
         try:
@@ -60,15 +62,21 @@ def _two_values(parser, action) -> tuple[str, str] | None:
             continue
         if all(value != v for _t, v in taken):
             taken.append((text, value))
-        if len(taken) == 2:
-            return taken[0][0], taken[1][0]
+        if len(taken) == n:
+            return [t for t, _v in taken]
     return None
+
+
+def _two_values(parser, action) -> tuple[str, str] | None:
+    """Two strings the option takes, with different parsed values; None where none were found."""
+    got = parsed_values(parser, action)
+    return None if got is None else (got[0], got[1])
 
 
 PARSER = build_parser()
 COMMANDS = list(_commands(PARSER))
 OPTIONS = [(words, max(a.option_strings, key=len), _two_values(sub, a))
-           for words, sub in COMMANDS for a in _single_value_options(sub)]
+           for words, sub in COMMANDS for a in single_value_options(sub)]
 CASES = [pytest.param(words, option, values, id=" ".join((*words, option)))
          for words, option, values in OPTIONS if values is not None]
 
@@ -85,7 +93,7 @@ def test_the_walk_finds_the_commands_and_their_options():
 @pytest.mark.parametrize("words, sub", [pytest.param(w, s, id=" ".join(w)) for w, s in COMMANDS])
 def test_every_single_value_option_stores_once(words, sub):
     assert isinstance(sub, Parser), words
-    for action in _single_value_options(sub):
+    for action in single_value_options(sub):
         assert isinstance(action, _StoreOnce), (words, action.option_strings)
 
 
