@@ -294,6 +294,55 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("dse/calibrate/features.py", "sparse &= (m > 0) & (density > 0)", "> -> >= #2"):
         "density 0 is a sparsity of 1, refused on load and by the grammar: density > 0 and >= 0 "
         "pick the same rows",
+    ("dse/calibrate/features.py",
+     "fits = (area > 0) & np.isclose(np.mod(k, np.where(area > 0, area, 1.0)), 0.0)", "> -> >= #1"):
+        "area 0 (no window recorded) then fits, and its input channels are k / 1 = k: what the "
+        "branch for a window that does not fit gives",
+    ("dse/calibrate/features.py", "@functools.lru_cache(maxsize=4096)", "4096 -> 4097"):
+        "a cache's size: the same planes, computed again one call sooner or later",
+    ("dse/calibrate/features.py",
+     "fits = (area > 0) & np.isclose(np.mod(k, np.where(area > 0, area, 1.0)), 0.0)",
+     "0 -> 1 #1"):
+        "area > 1 instead of > 0: a 1 x 1 window (area 1) then does not fit, and its input "
+        "channels are k itself, as k / 1 when it fits",
+    ("dse/calibrate/features.py",
+     "fits = (area > 0) & np.isclose(np.mod(k, np.where(area > 0, area, 1.0)), 0.0)",
+     "> -> >= #2"):
+        "the divisor for area 0, whose row the outer (area > 0) has already ruled out",
+    ("dse/calibrate/features.py",
+     "fits = (area > 0) & np.isclose(np.mod(k, np.where(area > 0, area, 1.0)), 0.0)",
+     "0 -> 1 #2"):
+        "the divisor np.where(area > 1, area, 1.0): a 1 x 1 window's area is 1.0 either way",
+    ("dse/calibrate/features.py",
+     "fits = (area > 0) & np.isclose(np.mod(k, np.where(area > 0, area, 1.0)), 0.0)",
+     "1.0 -> 2.0"):
+        "the divisor for area 0, whose row the outer (area > 0) has already ruled out",
+    ("dse/calibrate/features.py",
+     "cin = np.where(fits, k / np.where(area > 0, area, 1.0), k)",
+     "> -> >="):
+        "the divisor for area 0: such a row does not fit (area > 0 above), so np.where takes k",
+    ("dse/calibrate/features.py",
+     "cin = np.where(fits, k / np.where(area > 0, area, 1.0), k)",
+     "1.0 -> 2.0"):
+        "the divisor for area 0: such a row does not fit (area > 0 above), so np.where takes k",
+    ("dse/calibrate/features.py",
+     "cin = np.where(fits, k / np.where(area > 0, area, 1.0), k)",
+     "0 -> 1"):
+        "area > 1: a 1 x 1 window divides by 1.0 instead of its area 1, the same k",
+    ("dse/calibrate/features.py",
+     "out.append(np.where(conv & (values > 0), values, 0.0))",
+     "> -> >="):
+        "at a window of 0 both branches give 0",
+    ("dse/calibrate/features.py",
+     'last = _OP_SUFFIX.sub("", str(name).rsplit(".", 1)[-1])',
+     "1 -> 2 #1"):
+        "rsplit's maxsplit 2 instead of 1: the last part, [-1], is the same",
+    ("dse/calibrate/features.py",
+     'if kind == "elementwise" and str(name).rsplit(".", 1)[-1] in _STRIDED_NAMES:',
+     "1 -> 2 #1"):
+        "rsplit's maxsplit 2 instead of 1: the last part, [-1], is the same",
+    ("dse/calibrate/features.py", "strict=True)]", "True -> False"):
+        "zip(strict=False): the input shapes and the notes' windows of the same rows, as long",
     ("dse/calibrate/expected.py", "strict=True)]", "True -> False #1"):
         "zip(strict=False): three columns of one frame, always as long",
     ("dse/calibrate/expected.py", 'gemm = (m > 0) & np.isin(op["kind"].to_numpy(), _GEMM_KINDS)',
@@ -343,6 +392,24 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("workloads/llm.py", "mid = (lo + hi + 1) // 2", "1 -> 2"):
         "(lo + hi + 2) // 2 lies in (lo, hi] too while lo < hi: the search ends on the same "
         "longest prompt",
+    ("workloads/llm.py",
+     "lo, hi = 1, context - 1  # the longest context whose every count a trace holds",
+     "- -> +"):
+        "every count grows with the context and context itself is too large, so context and "
+        "context + 1 are too; the search for the longest that fits ends on the same prompt, "
+        "after one more probe",
+    ("workloads/llm.py", 't = context if phase == "prefill" else 1', "1 -> 2 #1"):
+        "t is the decode's embedding lookup alone: its 2 x (1 + hidden) elements stay far "
+        "below MAX_PER_SAMPLE (hidden <= 2**22), and the lookup adds no weights or FLOPs to "
+        "the totals",
+    ("workloads/llm.py", "groups = [(1, [_embedding(config, t)])]", "1 -> 2"):
+        "the count weighs only the totals, and the embedding lookup adds 0 weight elements, "
+        "0 vector FLOPs and 0 dense FLOPs to them",
+    ("workloads/llm.py", 'totals = {"weight_elems": 0, "vector_flops": 0, "flops": 0}',
+     "0 -> 1 #2"):
+        "the vector FLOPs total never nears 2**53: once every op fits, each op's vector FLOPs "
+        "are at most 8 (gelu) x its <= 2**29 elements, and 1,024 layers of <= 20 ops plus the "
+        "final norm hold under 2**15 x 2**32 = 2**47",
     # dse/roofline (issue 26, a seeded sample of 150 of its mutants)
     ("dse/roofline/energy.py", "capped = capped_at > latency", "> -> >="):
         "at E_d / (board - static) == latency exactly, the cap and the latency are the same "

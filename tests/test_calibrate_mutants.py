@@ -569,3 +569,56 @@ def test_a_convolution_of_unknown_input_channels_is_no_image_convolution():
     assert feature_kind("conv", "stem.conv") == "conv"  # channels not given: not an image
     assert feature_kind("conv", "stem.conv", 3) == "conv:image"
     assert feature_kind("conv", "stem.conv", 5) == "conv"
+
+
+def test_the_power_of_two_dividing_a_value_that_is_not_whole_is_one():
+    from dse.calibrate.features import ALIGN_MAX, _power_of_two_divisor
+
+    got = _power_of_two_divisor(np.array([2.5, 96.0, 7.0, 1024.0, 0.0, 12.000000001]))
+    # 12.000000001 is whole to np.isclose; 0 is below every step
+    assert got.tolist() == [1.0, 32.0, 1.0, float(ALIGN_MAX), 1.0, 4.0]
+
+
+def test_conv_windows_and_read_planes_by_hand():
+    """with_conv_inputs' window and input by hand: a 7 x 1 kernel's window is its larger side
+    (7); a strided 1 x 1 over a non-square 8 x 6 input reads 4 of its rows and 3 of its
+    columns (3 x 4 x 3 = 36 elements); other ops have no window (0, not 1); and a traced
+    row's input is unknown (0) without the batch it ran at, while its window comes from the
+    trace op (ResNet-50's layer1.0.conv2: 3 x 3, stride 1) unless its own note gives one."""
+    from dse.calibrate.features import with_conv_inputs
+
+    frame = pd.DataFrame({
+        "kind": ["conv", "conv", "linear"], "m": [16, 16, 8],
+        "variant": ["input 1x4x9x9, kernel 7x1 stride 1 padding 3 groups 1",
+                    "input 1x3x8x6, kernel 1x1 stride 2 padding 0 groups 1", ""],
+        "note": ["kernel 7x1 stride 1 padding 3", "kernel 1x1 stride 2 padding 0", ""]})
+    out = with_conv_inputs(frame)
+    assert out["kernel_size"].tolist() == [7.0, 1.0, 0.0]
+    assert out["stride"].tolist() == [1.0, 2.0, 0.0]
+    assert out["input_elems"].tolist()[1:] == [3 * 4 * 3, 0.0]
+
+    traced = pd.DataFrame({"kind": ["conv", "conv"], "m": [64, 64],
+                           "variant": ["", "input 2x64x56x56, kernel 5x5 stride 1 groups 1"],
+                           "source": ["trace", "trace"], "model": ["resnet50", "resnet50"],
+                           "op": ["layer1.0.conv2", "layer1.0.conv2"]})
+    out = with_conv_inputs(traced)
+    assert out["input_elems"].tolist() == [0.0, 2 * 64 * 56 * 56]  # no batch column
+    assert out["kernel_size"].tolist() == [3.0, 5.0]
+    assert out["stride"].tolist() == [1.0, 1.0]
+
+
+def test_a_convolution_whose_note_names_no_input_is_a_plain_conv():
+    from dse.calibrate.features import with_feature_kinds
+
+    rows = pd.DataFrame({"kind": ["conv", "conv"], "op": ["conv", "conv"],
+                         "note": ["kernel 3x3 stride 1", "input 1x3x32x32, kernel 3x3 stride 1"]})
+    assert with_feature_kinds(rows)["kind"].tolist() == ["conv", "conv:image"]
+
+
+def test_input_channels_when_k_is_one_past_a_multiple_of_the_window():
+    """K = 10 under a 3 x 3 window is no 9 x C_in: the channels are K itself, aligned to 2."""
+    from dse.calibrate.features import channel_alignment
+
+    frame = pd.DataFrame({"kind": ["conv", "conv"], "m": [8, 8], "k": [10, 18]})
+    cin, _ = channel_alignment(frame, np.array([True, True]), np.array([3.0, 3.0]))
+    assert cin.tolist() == [2.0, 2.0]  # 10 itself; 18 / 9 = 2

@@ -350,3 +350,99 @@ def test_the_residual_stream_by_hand():
     assert moe["model.layers.0.mlp_residual"] == ["model.layers.0.attn_residual",
                                                   f"{x}.combine"]
     assert moe[f"{x}.combine"] == [f"{x}.down_proj", "model.layers.0.mlp.routing"]
+
+
+def test_width_limit_is_2_to_the_22():
+    """MAX_WIDTH: a vocabulary (or hidden or MLP width) of 2**22 = 4,194,304 is read, one more
+    refused in one line."""
+    assert llm_config_from_dict(dict(TINY, vocab_size=2**22)).vocab_size == 4_194_304
+    with pytest.raises(LLMConfigError,
+                       match="'vocab_size' is 4,194,305, above the 4,194,304 a trace"):
+        llm_config_from_dict(dict(TINY, vocab_size=2**22 + 1))
+
+
+def test_a_prompt_limit_one_below_the_first_probe():
+    """The head of test_a_prompt_limit_below_a_failed_probe (2 tokens fit, 3 do not): asked for
+    5 or 6 tokens, the search's first probe is (1 + 4 + 1) // 2 = 3 or (1 + 5 + 1) // 2 = 3, too
+    many, so it goes on in [1, 2] and must still try 2."""
+    c = llm_config_from_dict(dict(TINY, num_attention_heads=1, num_key_value_heads=1,
+                                  head_dim=2**27 - 1), name="wide")
+    for context in (5, 6):
+        with pytest.raises(LLMConfigError, match=f"^prefill of {context} tokens: wide's op .* "
+                                                 "give at most 2 prompt tokens$"):
+            llm_trace(c, "prefill", context)
+
+
+def test_decode_embeds_one_token_whatever_the_context():
+    """Hidden 2**20, decode at a context of 1,024: the embedding looks up this step's one token
+    (1 id + 2**20 elements read, 2**20 written), not the context's 1,024 (1,024 x (1 + 2**20),
+    above MAX_PER_SAMPLE = 2**29): the step is traced, nothing refused."""
+    c = llm_config_from_dict(dict(TINY, hidden_size=2**20, max_position_embeddings=2048))
+    row = rows(llm_trace(c, "decode", 1024), "model.embed_tokens")["model.embed_tokens"]
+    assert row[6:8] == (1 + 2**20, 2**20)
+
+
+def test_the_longest_prompt_by_the_dense_flops_of_all_layers():
+    """1,024 llama layers of hidden h = 8,192, MLP I = 8,234, one head of width 1, vocabulary
+    V = 1,342,692. Dense FLOPs of a prefill of T tokens: per layer 2T x (q, k, v, o: 4h; gate,
+    up, down: 3hI) and the attention's scores and context, 2 x 2 x T(T + 1) / 2 pairs; the LM
+    head, on the last token only, 2Vh. At T = 21,728 that is exactly 2**53 = MAX_COUNT (every
+    op alone far below: the MLP's product reads 2 x T x I = 357,816,704 < 2**29), so 21,728
+    tokens fit and 21,729 do not, as no single op but all of them together."""
+    h, i, v, t = 8192, 8234, 1_342_692, 21_728
+    assert 1024 * (2 * t * (4 * h + 3 * h * i) + 2 * t * (t + 1)) + 2 * v * h == 2**53
+    c = llm_config_from_dict({
+        "model_type": "llama", "hidden_size": h, "intermediate_size": i,
+        "num_hidden_layers": 1024, "num_attention_heads": 1, "num_key_value_heads": 1,
+        "head_dim": 1, "vocab_size": v, "max_position_embeddings": 10**5}, name="deep")
+    with pytest.raises(LLMConfigError, match=(
+            "^prefill of 21729 tokens: deep's ops together would hold 9.01e\\+15 dense FLOPs "
+            "per request, above the 9,007,199,254,740,992 a trace holds; give at most 21728 "
+            "prompt tokens$")):
+        llm_trace(c, "prefill", t + 1)
+
+
+def test_weights_of_exactly_2_to_the_53_still_fit():
+    """One Mixtral layer of hidden h = 2**22, E = 171 experts of MLP I = 4,186,127 (1 per
+    token), one head of width 1, vocabulary V = 319: weights h x (q, k, v, o, two norms: 6;
+    router E; experts 3EI; final norm 1; LM head V) = 2**22 x (7 + 171 x 12,558,382 + 319) =
+    2**22 x 2**31 = 2**53 = MAX_COUNT, which a trace holds. A prompt of 65 tokens is refused
+    by its residual add alone (2 x 65 x 2**22 input elements, above 2**29), and the search
+    still runs: 64 tokens fit."""
+    h, i, e, v = 2**22, 4_186_127, 171, 319
+    assert h * (7 + e * (1 + 3 * i) + v) == 2**53
+    c = llm_config_from_dict({
+        "model_type": "mixtral", "hidden_size": h, "intermediate_size": i,
+        "num_hidden_layers": 1, "num_attention_heads": 1, "num_key_value_heads": 1,
+        "head_dim": 1, "vocab_size": v, "max_position_embeddings": 10**5,
+        "num_local_experts": e, "num_experts_per_tok": 1}, name="heavy")
+    assert int(llm_trace(c, "prefill", 1).ops["weight_elems"].sum()) == 2**53
+    with pytest.raises(LLMConfigError, match=(
+            "^prefill of 65 tokens: heavy's op model.layers.0.attn_residual would hold 5.45e\\+08 "
+            "input elements per request, above the 536,870,912 a trace holds; give at most 64 "
+            "prompt tokens$")):
+        llm_trace(c, "prefill", 65)
+
+
+def test_the_longest_prompt_by_the_attention_flops_of_all_layers():
+    """1,024 llama layers of hidden h = 8, MLP I = 1, vocabulary V = 1, and 2 KV heads (2 query
+    heads, groups = 2) of width d = 8,192: the attention dominates. Dense FLOPs of a prefill of
+    T tokens: per layer 2T x (q, k, v: h x 2d each; o: 2d x h; gate, up, down: 3hI) and the
+    scores and the context, 2 ops x 2 x 2 heads x d x T(T + 1) / 2 pairs; the LM head 2Vh. At
+    T = 16,367 they fit (9,006,641,176,592,400), at 16,368 not (541,433,528,336 above 2**53);
+    every op alone fits (q_proj writes T x 2d < 2**28)."""
+    h, i, v, d = 8, 1, 1, 8192
+
+    def flops(t):
+        return 1024 * (2 * t * (8 * h * d + 3 * h * i) + 8 * d * t * (t + 1) // 2) + 2 * v * h
+
+    assert flops(16_367) == 9_006_641_176_592_400 and flops(16_368) - 2**53 == 541_433_528_336
+    c = llm_config_from_dict({
+        "model_type": "llama", "hidden_size": h, "intermediate_size": i,
+        "num_hidden_layers": 1024, "num_attention_heads": 2, "num_key_value_heads": 2,
+        "head_dim": d, "vocab_size": v, "max_position_embeddings": 10**5}, name="attentive")
+    with pytest.raises(LLMConfigError, match=(
+            "^prefill of 16368 tokens: attentive's ops together would hold 9.01e\\+15 dense "
+            "FLOPs per request, above the 9,007,199,254,740,992 a trace holds; give at most "
+            "16367 prompt tokens$")):
+        llm_trace(c, "prefill", 16_368)
