@@ -836,6 +836,19 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ('dse/design_columns.py',
      'return False',
      'False -> True #1'): 'unreachable: pandas 3 has pandas._config.using_string_dtype',
+    ('dse/design_columns.py', '@lru_cache(maxsize=64)', '64 -> 65 #1'): _SAME_TABLE,
+    ('dse/design_columns.py', '@lru_cache(maxsize=64)', '64 -> 65 #2'): _SAME_TABLE,
+    ('dse/design_columns.py', '@lru_cache(maxsize=256)', '256 -> 257'): _SAME_TABLE,
+    ('dse/design_columns.py',
+     'sums = group_sums(np.concatenate(parts) if len(parts) > 1 else parts[0], label, n)',
+     '> -> >='): 'np.concatenate of one array is that array',
+    ('dse/design_columns.py',
+     'stored[np.bincount(label[prunable], minlength=n) == 0] = np.nan  # no prunable op',
+     '0 -> 1'):
+        "memory_from_stored reads NaN as 0 B (no prunable op), so a design without one is "
+        "priced alike; one with exactly one prunable op turns NaN, and the NaN check sends the "
+        "table down the frames' path, which builds the same table",
+    ('dse/design_columns.py', 'if value.dtype == object:', '== -> !='): _SAME_TABLE,
     ('dse/design_columns.py',
      'probe = {"s": np.array(["a", "", "b"], dtype=object), "c": "fp16", "i": 7, "x": 0.5,',
      '7 -> 8'): _PROBE,

@@ -508,3 +508,28 @@ def test_a_design_fits_at_exactly_its_peak_memory(model):
         hw = dataclasses.replace(h100, dram_capacity_bytes=capacity)
         row = dse.evaluate(trace, hw, "2:4", 4).set_index("format").loc["2:4"]
         assert row["peak_memory_bytes"] == peak and bool(row["fits"]) is fits
+
+
+def test_no_direct_frames_where_pandas_infers_no_str_dtype():
+    """The direct frame is built for pandas' ``str`` dtype: with the (pandas 3, deprecated)
+    option that turns its inference off, dse builds frames by pd.DataFrame again."""
+    import warnings
+
+    assert design_columns._direct_frames() is True  # this pandas: str inferred
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the option's deprecation
+        with pd.option_context("future.infer_string", False):
+            assert design_columns._direct_frames() is False
+
+
+def test_language_columns_name_the_kv_cache_dtype_or_the_compute_one():
+    """with_language_model_columns (the frames' path): kv_dtype is the KV cache's dtype where
+    numerics give one (fp8), else the compute dtype (fp16); weight_dtype the weights'."""
+    from dse.design_columns import with_language_model_columns
+
+    table = dse.evaluate(LLAMA_DECODE, "h100-sxm", ["2:4"], [1])
+    fp8 = with_language_model_columns(table, LLAMA_DECODE, INT4_KV_FP8)
+    plain = with_language_model_columns(table, LLAMA_DECODE)
+    assert len(table) > 0
+    assert set(fp8["kv_dtype"]) == {"fp8"} and set(fp8["weight_dtype"]) == {"int4 (group 128)"}
+    assert set(plain["kv_dtype"]) == {"fp16"} and set(plain["weight_dtype"]) == {"fp16"}
