@@ -40,7 +40,8 @@ Prints, per module: mutants killed / run and the share, then every survivor as
 ``file:line: change``. A survivor is a missing test, or an equivalent mutant (one no test can
 tell apart: say why in the table of ``EQUIVALENT`` below, keyed by the mutated line's text so
 that edits elsewhere do not move it; an entry that no longer matches any mutant is printed as
-stale).
+stale, and an entry whose mutant the tests kill, journal kills included, is printed as one to
+drop: a test has told it apart).
 """
 
 from __future__ import annotations
@@ -86,7 +87,9 @@ MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # fast path against the frozen old one, the columns by hand, and the LLM columns by value.
     "design_columns": (("dse/design_columns.py",),
                        ("tests/test_evaluate_columns_speedup.py", "tests/test_api_parity.py",
-                        "tests/test_llm_acceptance.py")),
+                        "tests/test_llm_acceptance.py",
+                        # the calibrated tokens/s (expected_tokens_per_s) is pinned here
+                        "tests/test_llm_expected.py")),
     "sol": (("dse/measure/sol.py",),
             ("tests/test_bound.py::test_a_warm_row_is_bounded_by_the_caches_and_a_cold_one_by_dram",
              "tests/test_bound.py::test_a_depthwise_row_is_bounded_with_all_its_groups",
@@ -122,6 +125,7 @@ _PROBE = ("a value of the self-check's probe: the direct frame equals pd.DataFra
           "changed probe too, so the check passes as before")
 _CHECK = ("the self-check made weaker: on this pandas the direct frame is pandas' own, so it "
           "passes either way (it guards other pandas versions)")
+_MASKED = "the value under a masked entry (capacity unknown): NA whatever it holds"
 
 #: dse/roofline/layer_sums._summing_checked: other probe data that the fast sums and
 #: groupby still sum to the same bits (the check passes on it too, and the fast sums are
@@ -129,7 +133,25 @@ _CHECK = ("the self-check made weaker: on this pandas the direct frame is pandas
 _SUM_PROBE = ("other probe data in the self-check, which the fast sums still pass: the "
               "same path serves, with the same sums")
 
+#: Reasons that several survivors share.
+_CACHE_SIZE = ("a cache one entry larger: the same values, computed again one call later or "
+               "sooner")
+_DIGITS = "any number of 18 or more digits is out of range"
+_DIVIDE_BY_ONES = "dividing by an array of ones broadcasts as multiplying by it"
+_NO_DISK_CACHE = ("cache=False: the same kernel, compiled in every process (slower, same "
+                  "numbers)")
+_OBSERVED = "observed= acts only on categorical groupers; no dataset column is categorical"
+_ONE_ARRAY = "np.concatenate of one array is that array"
+_PER_OP_PATH = ("per_op's work only picks numpy, serial or parallel, which give the same bits "
+                "(test_per_op_kernels_by_hand)")
+_TOTALS_PATH = ("design_totals' work only picks the parallel or serial kernel, which give the "
+                "same bits")
+
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("dse/measure/sol.py", 'trace = workloads.Trace.from_records("measured", [1], records)',
+     "1 -> 2"):
+        "the one-op trace's input_shape: nothing is priced from it, and its ops are all "
+        "convolutions, which no trace check holds to the model input's size",
     ("dse/measure/sol.py", "for row in layers.itertuples(index=False)}", "False -> True"):
         "itertuples(index=True) adds an Index field; the fields are read by name",
     ("dse/measure/sol.py",
@@ -140,42 +162,17 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "for i, (row, note) in enumerate(zip(frame.itertuples(index=False), notes, strict=True)):",
      "True -> False"):
         "zip(strict=False): the notes are built from the same frame, always as long",
-    ("dse/measure/sol.py",
-     '"name": f"op{pos}", "kind": "conv" if row["groups"] > 1 else "linear",',
-     "> -> >="):
-        "kind conv or linear: both are weight GEMMs (WEIGHT_GEMM_KINDS), priced alike",
-    ("dse/measure/sol.py",
-     '"name": f"op{pos}", "kind": "conv" if row["groups"] > 1 else "linear",',
-     "1 -> 2"):
-        "kind conv or linear: both are weight GEMMs (WEIGHT_GEMM_KINDS), priced alike",
-    ("dse/measure/sol.py", 'trace = workloads.Trace.from_records("measured", [1], records)',
-     "1 -> 2"):
-        "the one-op trace's input_shape is provenance; nothing is priced from it",
-    ("dse/measure/sol.py",
-     'out.loc[vector, "sol_bound"] = np.where(memory > compute, "memory", "compute")',
-     "> -> >="):
-        "at memory time == compute time both labels are right",
-    # _whole caps numbers of over 18 digits at 10**18: every field's limit (M <= 2**16, blocks
-    # <= 64) is far below 10**17, so the cap's exact place and value refuse the same inputs.
+    # _whole caps numbers of over 18 digits (leading zeros dropped) at 10**18: every field's
+    # limit (M <= 2**16, blocks <= 64) is far below 10**17, so the cap's exact place and value
+    # refuse the same inputs, with the same message (which quotes the digits as typed).
     ("formats/grammar.py", "return int(digits) if len(digits) <= 18 else 10**18", "<= -> <"):
-        "any number of 18 or more digits is out of range",
+        _DIGITS,
     ("formats/grammar.py", "return int(digits) if len(digits) <= 18 else 10**18", "18 -> 19 #1"):
-        "any number of 18 or more digits is out of range",
+        _DIGITS,
     ("formats/grammar.py", "return int(digits) if len(digits) <= 18 else 10**18", "18 -> 19 #2"):
-        "any number of 18 or more digits is out of range",
+        _DIGITS,
     ("formats/grammar.py", "return int(digits) if len(digits) <= 18 else 10**18", "10 -> 11"):
         "11**18 is out of range as 10**18 is",
-    ("formats/grammar.py", "if not 1 <= n < m <= MAX_M:", "< -> <="):
-        "NM() refuses N >= M itself (formats/nm.py), with the same message",
-    ("formats/base.py",
-     "return np.where(some, -np.expm1(r * np.log1p(-np.where(some, q, 0.0))), 1.0)",
-     "0.0 -> 1.0"):
-        "the inner value for q = 1 is discarded by the outer np.where (which gives 1.0)",
-    ("formats/masks.py",
-     "keep[score.reshape(-1).argsort(descending=True, stable=True)[:count]] = True",
-     "True -> False #2"):
-        "argsort(stable=False): torch's CPU sort keeps ties in order at these sizes "
-        "(tests/test_formats_by_hand.py checks ties)",
     ("formats/masks.py",
      "for name, keep in zip(names, _threshold_keep(scores, fmt.sparsity), strict=True):",
      "True -> False"):
@@ -187,11 +184,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("formats/masks.py", "for score, count in zip(scores, counts, strict=True):",
      "True -> False"):
         "zip(strict=False): counts is built with one entry per score",
-    ("formats/masks.py",
-     "keep_flat[flat.argsort(descending=True, stable=True)[:n_keep]] = True",
-     "True -> False #2"):
-        "argsort(stable=False): torch's CPU sort keeps ties in order at these sizes "
-        "(tests/test_formats_by_hand.py checks ties)",
     ("formats/masks.py", "if n_keep > 0:", "> -> >="):
         "at n_keep = 0 the guarded line keeps argsort(...)[:0], nothing, as skipping it does",
     # kept_share's closed branch: q >= 1 is 1.0 whatever the clip's top or the inner value.
@@ -206,13 +198,13 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("formats/block.py",
      "return kept_share(d, np.divide(m, self.block)) * np.ones(np.broadcast(m, k).shape)",
      "* -> /"):
-        "dividing by an array of ones broadcasts as multiplying by it",
+        _DIVIDE_BY_ONES,
     ("formats/nm.py",
      "return kept_share(self.n / self.m, m) * np.ones(np.broadcast(m, k).shape)", "* -> /"):
-        "dividing by an array of ones broadcasts as multiplying by it",
+        _DIVIDE_BY_ONES,
     ("formats/unstructured.py",
      "return kept_share(d, m) * np.ones(np.broadcast(m, k).shape)", "* -> /"):
-        "dividing by an array of ones broadcasts as multiplying by it",
+        _DIVIDE_BY_ONES,
     # dse/calibrate/expected.py, its full run of 2026-11-27
     ("dse/calibrate/expected.py", "strict=True)]", "True -> False #2"):
         "zip(strict=False): the op names, kinds and input flags are columns of one frame",
@@ -259,14 +251,14 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("dse/calibrate/features.py",
      'rounds = rows.groupby(kernel + ["run_id", "round"], as_index=False, observed=True).agg(',
      "True -> False"):
-        "observed= acts only on categorical groupers; no dataset column is categorical",
+        _OBSERVED,
     ("dse/calibrate/features.py",
      'runs = rounds.groupby(kernel + ["run_id"], as_index=False, observed=True).agg(',
      "True -> False"):
-        "observed= acts only on categorical groupers; no dataset column is categorical",
+        _OBSERVED,
     ("dse/calibrate/features.py", "out = runs.groupby(kernel, as_index=False, observed=True).agg(",
      "True -> False"):
-        "observed= acts only on categorical groupers; no dataset column is categorical",
+        _OBSERVED,
     ("dse/calibrate/features.py",
      'runs = rounds.groupby(kernel + ["run_id"], as_index=False, observed=True).agg(',
      "False -> True"):
@@ -281,8 +273,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "the guard's divisor is used only for rows the outer np.where sets to 0",
     ("dse/calibrate/features.py",
      'conv = rows["kind"].astype(str).isin(_CONV_KINDS) & (rows["m"] > 0)', "> -> >="):
-        "a conv row has m >= 1 (C_out); a row of m 0 is no GEMM, whose input _conv_geometry "
-        "ignores (known needs gemm)",
+        "a conv row of m 0 (no output channel: traces refuse it, a dataset may hold it) gets "
+        "its input size, kernel and stride read from its note instead of 0, but no feature "
+        "reads them: every geometry feature needs a GEMM (m > 0), so predictions are the same",
     ("dse/calibrate/features.py", 'out["impl"] = 0', "0 -> 1"):
         "every row's impl is written again by the loop below (every row has a key)",
     # row_balance: a sparsity is in [0, 1) in every frame it sees: a dataset refuses others on
@@ -307,20 +300,12 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "channels are k itself, as k / 1 when it fits",
     ("dse/calibrate/features.py",
      "fits = (area > 0) & np.isclose(np.mod(k, np.where(area > 0, area, 1.0)), 0.0)",
-     "> -> >= #2"):
-        "the divisor for area 0, whose row the outer (area > 0) has already ruled out",
-    ("dse/calibrate/features.py",
-     "fits = (area > 0) & np.isclose(np.mod(k, np.where(area > 0, area, 1.0)), 0.0)",
      "0 -> 1 #2"):
         "the divisor np.where(area > 1, area, 1.0): a 1 x 1 window's area is 1.0 either way",
     ("dse/calibrate/features.py",
      "fits = (area > 0) & np.isclose(np.mod(k, np.where(area > 0, area, 1.0)), 0.0)",
      "1.0 -> 2.0"):
         "the divisor for area 0, whose row the outer (area > 0) has already ruled out",
-    ("dse/calibrate/features.py",
-     "cin = np.where(fits, k / np.where(area > 0, area, 1.0), k)",
-     "> -> >="):
-        "the divisor for area 0: such a row does not fit (area > 0 above), so np.where takes k",
     ("dse/calibrate/features.py",
      "cin = np.where(fits, k / np.where(area > 0, area, 1.0), k)",
      "1.0 -> 2.0"):
@@ -411,9 +396,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "are at most 8 (gelu) x its <= 2**29 elements, and 1,024 layers of <= 20 ops plus the "
         "final norm hold under 2**15 x 2**32 = 2**47",
     # dse/roofline (issue 26, a seeded sample of 150 of its mutants)
-    ("dse/roofline/energy.py", "capped = capped_at > latency", "> -> >="):
-        "at E_d / (board - static) == latency exactly, the cap and the latency are the same "
-        "time: capped latency, energy and power agree; power_capped at the tie is either",
     ("dse/roofline/evaluator.py", "categorical: bool = False) -> pd.DataFrame:",
      "False -> True"):
         "_totals_frame's default is never used: its one caller, evaluate, passes categorical",
@@ -424,18 +406,15 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("dse/roofline/evaluator.py", "for fusion, grid in zip(fusions, labels, strict=True):",
      "True -> False"):
         "zip(strict=False): _grid_labels builds one entry per fusion of the same list",
-    ("dse/roofline/kernels.py", "NUMPY_MAX_OP_EVALS = 20_000", "20000 -> 20001"):
-        "per_op's numpy and compiled paths give the same bits (test_per_op_kernels_by_hand): "
-        "the threshold only picks which runs a grid of exactly 20,000 op-evaluations",
     ("dse/roofline/kernels.py",
      "kernel = _per_op_parallel if work >= PARALLEL_MIN_OP_EVALS else _per_op_serial",
      ">= -> >"):
         "the parallel and serial per-op kernels give the same bits "
         "(test_parallel_and_serial_kernels_agree): only which runs at exactly 200,000",
     ("dse/roofline/memory.py", "@lru_cache(maxsize=256)", "256 -> 257 #1"):
-        "a cache one entry larger: the same values, computed again one call later or sooner",
+        _CACHE_SIZE,
     ("dse/roofline/memory.py", "@lru_cache(maxsize=256)", "256 -> 257 #2"):
-        "a cache one entry larger: the same values, computed again one call later or sooner",
+        _CACHE_SIZE,
     ("dse/roofline/memory.py", "room = np.where(known, capacity - weights, 0.0)", "0.0 -> 1.0"):
         "room is used only where the capacity is known; the other rows' largest batch is NA",
     ("dse/roofline/memory.py", "dram, onchip = np.zeros(n + 1), np.zeros(n + 1)", "1 -> 2 #1"):
@@ -458,25 +437,22 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "an MoE layer of one expert (k <= E = 1, T >= 1 tokens a step) is read whole: "
         "1 - (1 - 1/1)^T = 1, as an unrouted op",
     ("dse/roofline/pricing.py", "@lru_cache(maxsize=64)", "64 -> 65 #4"):
-        "a cache one entry larger: the same values, computed again one call later or sooner",
+        _CACHE_SIZE,
     # numba's on-disk cache saves the compile in the next process; the compiled code is the same
-    ("dse/roofline/kernels.py", '@_jit(cache=True, fastmath={"reassoc", "contract", "nsz"})',
-     "True -> False"):
-        "cache=False: the same kernel, compiled in every process (slower, same numbers)",
-    ("dse/roofline/kernels.py", "@_jit(cache=True)", "True -> False #1"):
-        "cache=False: the same kernel, compiled in every process (slower, same numbers)",
+    # (not the serial totals kernel, whose cache file the first-run note looks for, nor
+    # _accumulate, cached with it: test_the_first_runs_kernels_are_cached_where_the_note_looks)
     ("dse/roofline/kernels.py", "@_jit(cache=True, parallel=True)", "True -> False #1"):
-        "cache=False: the same kernel, compiled in every process (slower, same numbers)",
+        _NO_DISK_CACHE,
     # dse/roofline, the full run (2026-11-26): caches, read-only copies, frozen flags no caller
     # observes, and which of two paths that give the same rows builds a grid.
     ("dse/roofline/energy.py", "@lru_cache(maxsize=64)", "64 -> 65"):
-        "a cache one entry larger: the same values, computed again one call later or sooner",
+        _CACHE_SIZE,
     ("dse/roofline/evaluator.py", "@lru_cache(maxsize=64)", "64 -> 65"):
-        "a cache one entry larger: the same values, computed again one call later or sooner",
+        _CACHE_SIZE,
     ("dse/roofline/evaluator.py", "@lru_cache(maxsize=4096)", "4096 -> 4097"):
-        "a cache one entry larger: the same values, computed again one call later or sooner",
+        _CACHE_SIZE,
     ("dse/roofline/evaluator.py", "@lru_cache(maxsize=1024)", "1024 -> 1025 #2"):
-        "a cache one entry larger: the same values, computed again one call later or sooner",
+        _CACHE_SIZE,
     ("dse/roofline/evaluator.py", "_GRID_LABELS_MAX = 256", "256 -> 257"):
         "a cache one entry larger: the same labels, built again one call later or sooner",
     ("dse/roofline/evaluator.py", "if len(_GRID_LABELS) >= _GRID_LABELS_MAX:", ">= -> >"):
@@ -570,12 +546,11 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("dse/roofline/kernels.py",
      "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
      "* -> / #1"):
-        "design_totals' work only picks the parallel or serial kernel, which give the same bits",
+        _TOTALS_PATH,
     ("dse/roofline/kernels.py",
      "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
      "* -> / #4"):
-        "per_op's work only picks numpy, serial or parallel, which give the same bits "
-        "(test_per_op_kernels_by_hand)",
+        _PER_OP_PATH,
     # dse/roofline, the full run's later survivors (2026-11-27, helper 53): compile flags, which
     # of two paths that give the same numbers runs, caches, the self-check's probe data.
     ("dse/roofline/kernels.py", "@_jit(cache=True, parallel=True)", "True -> False #2"):
@@ -585,17 +560,15 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "parallel=False: prange runs as range and each design's slot is written by its own "
         "iteration alone, so the same numbers on one thread",
     ("dse/roofline/kernels.py", "@_jit(cache=True)", "True -> False #2"):
-        "cache=False: the same kernel, compiled in every process (slower, same numbers)",
+        _NO_DISK_CACHE,
     ("dse/roofline/kernels.py", "@_jit(cache=True, parallel=True)", "True -> False #3"):
-        "cache=False: the same kernel, compiled in every process (slower, same numbers)",
+        _NO_DISK_CACHE,
     ("dse/roofline/kernels.py",
      "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
-     "* -> / #2"): "design_totals' work only picks the parallel or serial kernel, which give "
-                   "the same bits",
+     "* -> / #2"): _TOTALS_PATH,
     ("dse/roofline/kernels.py",
      "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
-     "* -> / #3"): "design_totals' work only picks the parallel or serial kernel, which give "
-                   "the same bits",
+     "* -> / #3"): _TOTALS_PATH,
     ("dse/roofline/kernels.py",
      "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
      "0 -> 1 #1"): "design_totals' work (another axis's length) only picks the parallel or "
@@ -610,12 +583,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
                  "(test_parallel_and_serial_kernels_agree): only which runs at exactly 200,000",
     ("dse/roofline/kernels.py",
      "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
-     "* -> / #5"): "per_op's work only picks numpy, serial or parallel, which give the same "
-                   "bits (test_per_op_kernels_by_hand)",
+     "* -> / #5"): _PER_OP_PATH,
     ("dse/roofline/kernels.py",
      "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
-     "* -> / #6"): "per_op's work only picks numpy, serial or parallel, which give the same "
-                   "bits (test_per_op_kernels_by_hand)",
+     "* -> / #6"): _PER_OP_PATH,
     ("dse/roofline/kernels.py",
      "work = hw.shape[0] * tensor_flops.shape[1] * batches.shape[0] * tensor_flops.shape[2]",
      "0 -> 1 #3"): "per_op's work (another axis's length) only picks numpy, serial or "
@@ -639,10 +610,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "1 -> 2"): "max(size, 2) only decides when the codes are renumbered (one-to-one)",
     ("dse/roofline/layer_sums.py",
      "if bound * max(size, 1) >= 2**62:  # renumbered, so that the numbers stay below rows**2",
-     "2 -> 3"): "renumbering (one-to-one) below 3**62 instead of 2**62: the same rows share a "
-                "code",
-    ("dse/roofline/layer_sums.py",
-     "if bound * max(size, 1) >= 2**62:  # renumbered, so that the numbers stay below rows**2",
      "62 -> 63"): "below 2**63 the codes (< bound * size) still fit in int64: no overflow, the "
                   "same rows share a code",
     ("dse/roofline/layer_sums.py",
@@ -653,13 +620,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "the same rows share a code",
     ("dse/roofline/layer_sums.py", "bound *= max(size, 1)", "1 -> 2"):
         "bound only decides when the codes are renumbered (one-to-one)",
-    ("dse/roofline/layer_sums.py",
-     'return LayerRows(of_designs, of_layers, count + 1, _op_positions(layers["op"], trace))',
-     "1 -> 2"): "one more all-NaN row in design_sums' table, past the row count (missing "
-                "designs) that of_designs ever indexes",
-    ("dse/roofline/layer_sums.py", "return np.where(of_rows >= 0, positions[of_rows], -1)",
-     "1 -> 2"): "of_rows factorizes op.astype(str), which has no NA: never -1, the else value "
-                "is never taken",
     ("dse/roofline/layer_sums.py",
      "sums = pd.DataFrame(values, copy=False).groupby(codes, sort=False).sum()",
      "False -> True #1"): "copy=True: the frame sums a copy of the same values",
@@ -682,11 +642,11 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      '"fits": pd.arrays.BooleanArray(np.where(known, peak <= capacity, False), ~known),',
      "False -> True"): "the value under a masked entry (capacity unknown): NA whatever it holds",
     ("dse/roofline/pricing.py", "@lru_cache(maxsize=64)", "64 -> 65 #1"):
-        "a cache one entry larger: the same values, computed again one call later or sooner",
+        _CACHE_SIZE,
     ("dse/roofline/pricing.py", "@lru_cache(maxsize=64)", "64 -> 65 #2"):
-        "a cache one entry larger: the same values, computed again one call later or sooner",
+        _CACHE_SIZE,
     ("dse/roofline/pricing.py", "@lru_cache(maxsize=64)", "64 -> 65 #3"):
-        "a cache one entry larger: the same values, computed again one call later or sooner",
+        _CACHE_SIZE,
     ("dse/roofline/pricing.py",
      "scales = np.where(has_gemm_weights(ops), gw * numerics.scale_bytes(m, k), 0.0)",
      "0.0 -> 1.0"): "scales are read only where the format takes the op (takes implies "
@@ -709,8 +669,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "RuleEdges are returned and read field by field, never compared nor hashed",
     ("dse/roofline/layer_sums.py",
      "sums = pd.DataFrame(values, copy=False).groupby(labels, sort=False).sum()",
-     "False -> True #2"): "sort=True only orders the groups; each is placed by its label "
-                          "(sums.index) and summed in row order either way",
+     "False -> True #2"): "_pandas_group_sums serves only the self-check, whose probe's "
+                          "labels ascend: there sort=True orders the groups as they come and "
+                          "sums the same bits, so the check passes and the fast sums serve "
+                          "(on descending contiguous labels pandas' bits would differ)",
     ("dse/roofline/layer_sums.py",
      "rng = np.random.default_rng(20261126)",
      "20261126 -> 20261127"): _SUM_PROBE,
@@ -803,30 +765,21 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "(supports_nm and supports_block read its two fields): nothing assigns, compares or "
         "hashes it",
     ("dse/roofline/evaluator.py", "@lru_cache(maxsize=1024)", "1024 -> 1025 #1"):
-        "a cache one entry larger: the same values, computed again one call later or sooner",
+        _CACHE_SIZE,
     # dse/design_columns.py, design_table (dse.evaluate's fast path; 2026-11-26, a sample of 60,
     # seed 0): what survives changes only which path builds the same table.
     ('dse/design_columns.py',
      'SMALL_TABLE_ROWS = 64',
      '64 -> 65'): _SAME_TABLE,
     ('dse/design_columns.py',
-     'language: bool = False) -> pd.DataFrame | None:',
-     'False -> True'): 'a default no caller takes: dse.api.evaluation always passes it',
-    ('dse/design_columns.py',
-     'if n > SMALL_TABLE_ROWS or not _direct_frames():',
-     'or -> and'): _SAME_TABLE,
-    ('dse/design_columns.py',
      'label = np.concatenate(labels) if len(labels) > 1 else labels[0]',
-     '> -> >='): 'np.concatenate of one array is that array',
+     '> -> >='): _ONE_ARRAY,
     ('dse/design_columns.py',
      'prunable = np.concatenate(kept) if len(kept) > 1 else kept[0]',
-     '> -> >='): 'np.concatenate of one array is that array',
+     '> -> >='): _ONE_ARRAY,
     ('dse/design_columns.py',
      'if n > SMALL_TABLE_ROWS or not _direct_frames():',
      '> -> >='): _SAME_TABLE,
-    ('dse/design_columns.py',
-     'if n > SMALL_TABLE_ROWS or not _direct_frames():',
-     'drop not'): _SAME_TABLE,
     ('dse/design_columns.py',
      '@lru_cache(maxsize=1024)',
      '1024 -> 1025'): _SAME_TABLE,
@@ -841,7 +794,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ('dse/design_columns.py', '@lru_cache(maxsize=256)', '256 -> 257'): _SAME_TABLE,
     ('dse/design_columns.py',
      'sums = group_sums(np.concatenate(parts) if len(parts) > 1 else parts[0], label, n)',
-     '> -> >='): 'np.concatenate of one array is that array',
+     '> -> >='): _ONE_ARRAY,
     ('dse/design_columns.py',
      'stored[np.bincount(label[prunable], minlength=n) == 0] = np.nan  # no prunable op',
      '0 -> 1'):
@@ -862,14 +815,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      'offset, n_designs = 0, len(problem.design_index()[0])',
      '0 -> 1 #2'): "design_index()'s arrays are parallel: [1] has [0]'s length",
     ('dse/design_columns.py',
-     'if not all(type(v) is str for v in values):',
-     'drop not'): _SAME_TABLE,
-    ('dse/design_columns.py',
      'elif value.dtype.kind not in "fib":',
      'not in -> in'): _SAME_TABLE,
-    ('dse/design_columns.py',
-     '"fits": pd.arrays.BooleanArray(np.where(known, peak <= capacity, False), ~known),',
-     '<= -> <'): 'the value under a masked entry (capacity unknown): NA whatever it holds',
     ('dse/design_columns.py',
      'elif not isinstance(value, pd.arrays.BooleanArray | pd.arrays.IntegerArray):',
      'drop not'): _SAME_TABLE,
@@ -911,7 +858,39 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      'and -> or'): _CHECK,
     ('dse/design_columns.py',
      '"fits": pd.arrays.BooleanArray(np.where(known, peak <= capacity, False), ~known),',
-     'False -> True'): 'the value under a masked entry (capacity unknown): NA whatever it holds',
+     'False -> True'): _MASKED,
+    # The rest of the full run's survivors (2026-11-27): the probe's values, its check and the
+    # largest batch's masked fill.
+    ('dse/design_columns.py',
+     'largest = pd.arrays.IntegerArray(np.where(known, largest, 0).astype(np.int64), ~known)',
+     '0 -> 1'): _MASKED,
+    ('dse/design_columns.py',
+     '"f": np.array([1.0, np.nan, -0.0]), "n": np.array([1, 2, 3]),',
+     '1 -> 2'): _PROBE,
+    ('dse/design_columns.py',
+     '"f": np.array([1.0, np.nan, -0.0]), "n": np.array([1, 2, 3]),',
+     '3 -> 4'): _PROBE,
+    ('dse/design_columns.py', '"b": np.array([True, False, True]),', 'True -> False #2'): _PROBE,
+    ('dse/design_columns.py',
+     '"k": pd.arrays.BooleanArray(np.array([True, False, False]),',
+     'True -> False'): _PROBE,
+    ('dse/design_columns.py', 'np.array([False, False, True])),', 'False -> True #1'): _PROBE,
+    ('dse/design_columns.py', 'np.array([False, False, True])),', 'False -> True #2'): _PROBE,
+    ('dse/design_columns.py',
+     '"m": pd.arrays.IntegerArray(np.array([3, 0, 1]), np.array([False, True, False]))}',
+     '1 -> 2'): _PROBE,
+    ('dse/design_columns.py',
+     '"m": pd.arrays.IntegerArray(np.array([3, 0, 1]), np.array([False, True, False]))}',
+     'False -> True #1'): _PROBE,
+    ('dse/design_columns.py',
+     '"m": pd.arrays.IntegerArray(np.array([3, 0, 1]), np.array([False, True, False]))}',
+     'False -> True #2'): _PROBE,
+    ('dse/design_columns.py',
+     'pd.testing.assert_frame_equal(mine, theirs, check_exact=True)',
+     'True -> False'): _CHECK,
+    ('dse/design_columns.py', 'same = False', 'False -> True'):
+        "the except branch: on this pandas the probe raises nothing (it guards other pandas "
+        "versions, whose frames may differ)",
 }
 
 _BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
@@ -1039,6 +1018,21 @@ def stale_equivalents(files: tuple[str, ...] | None = None) -> list[tuple[str, s
     return [key for key in EQUIVALENT if key[0] in wanted and key not in keys]
 
 
+def disproved_equivalents(journal: Path) -> list[tuple[str, str, str]]:
+    """The :data:`EQUIVALENT` keys whose mutant ``journal`` records killed (a timeout only once
+    checked against the load) on its file as it is now: a test tells those apart, so their
+    explanations are wrong and must be dropped."""
+    digests: dict[str, str] = {}
+    found = []
+    for key, file_sha in Journal(journal).kills:
+        if key in EQUIVALENT and (ROOT / key[0]).is_file():
+            if key[0] not in digests:
+                digests[key[0]] = file_digest(ROOT, key[0])
+            if file_sha == digests[key[0]] and key not in found:
+                found.append(key)
+    return found
+
+
 def mutated_source(mutant: Mutant) -> str:
     tree = ast.parse((ROOT / mutant.file).read_text(encoding="utf-8"))
     tree = copy.deepcopy(tree)
@@ -1155,9 +1149,9 @@ class Journal:
 
 def run_module(name: str, repo: Path, limit: int | None, seed: int,
                at: set[str] | None = None,
-               journal: Journal | None = None) -> tuple[int, list[Mutant]]:
+               journal: Journal | None = None) -> tuple[list[Mutant], list[Mutant]]:
     """Run ``name``'s mutants (only those on the lines ``at``, ``FILE:LINE``, or only those
-    changes, ``FILE:LINE:CHANGE``, when given); returns (how many ran, the survivors).
+    changes, ``FILE:LINE:CHANGE``, when given); returns (those that ran, the survivors).
     With a ``journal``, mutants it holds a current result of are not run again (their
     results count), and each new result is appended to it."""
     files, tests = MODULES[name]
@@ -1213,7 +1207,7 @@ def run_module(name: str, repo: Path, limit: int | None, seed: int,
         print(f"  [{n}/{len(todo)}] {mutant.file}:{mutant.line}: {mutant.change}: "
               f"{'killed' if killed else 'SURVIVED'} ({last})", flush=True)
     order = {m: i for i, m in enumerate(chosen)}
-    return len(chosen), sorted(survivors, key=order.__getitem__)
+    return chosen, sorted(survivors, key=order.__getitem__)
 
 
 def build_parser() -> Parser:
@@ -1269,8 +1263,8 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = run_module(name, repo, args.max, args.seed,
                                        set(args.at) if args.at else None, journal)
     print("\nmodule      killed / run   share   survivors explained")
-    for name, (ran, survivors) in results.items():
-        killed = ran - len(survivors)
+    for name, (chosen, survivors) in results.items():
+        ran, killed = len(chosen), len(chosen) - len(survivors)
         explained = sum(m.key in EQUIVALENT for m in survivors)
         print(f"{name:<11} {killed:>6} / {ran:<5} {killed / ran if ran else float('nan'):7.1%}"
               f"   {explained} / {len(survivors)}")
@@ -1278,6 +1272,12 @@ def main(argv: list[str] | None = None) -> int:
             why = EQUIVALENT.get(m.key)
             print(f"    survived {m.file}:{m.line}: {m.change}"
                   + (f" (equivalent: {why})" if why else f"\n        unexplained; key {m.key!r}"))
+    for chosen, survivors in results.values():
+        # An explanation a test disproves: the mutant it calls equivalent is killed.
+        for m in sorted(set(chosen) - set(survivors), key=chosen.index):
+            if m.key in EQUIVALENT:
+                print(f"EQUIVALENT entry of a mutant the tests kill ({m.file}:{m.line}: "
+                      f"{m.change}; a test tells it apart, so drop the entry): {m.key!r}")
     _print_stale(files if args.module else None)
     return 0
 

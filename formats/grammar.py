@@ -36,6 +36,8 @@ _NUMBER = re.compile(r"^[-+]?[0-9]*\.?[0-9]+(?:e[-+]?\d+)?$")
 
 def _whole(digits: str) -> int:
     # Python refuses int() of over 4,300 digits; anything past 18 is out of range anyway.
+    # Leading zeros are not digits of the value: 0002 is 2, however many zeros it has.
+    digits = digits.lstrip("0") or "0"
     return int(digits) if len(digits) <= 18 else 10**18
 
 

@@ -466,6 +466,23 @@ def test_a_journal_that_cannot_be_written_is_refused_before_any_run(where, says,
     assert runs == []
 
 
+def test_an_explanation_that_a_test_disproves_is_named(tiny, tmp_path, capsys):
+    """A mutant listed as equivalent that the tests kill: the run names its entry to drop, and
+    so does its journal; the survivor's entry is not named."""
+    mutation, _, _ = tiny
+    kept = ("tiny.py", "LIMIT = 3", "3 -> 4")
+    wrong = ("tiny.py", "return a + b", "+ -> -")
+    mutation.EQUIVALENT.update({kept: "no test reads LIMIT", wrong: "said equivalent"})
+    journal = tmp_path / "j.jsonl"
+    assert mutation.main(["--module", "tiny", "--journal", str(journal)]) == 0
+    assert mutation.disproved_equivalents(journal) == [wrong]  # as tests/test_mutation_table
+    out = capsys.readouterr().out
+    named = [line for line in out.splitlines() if line.startswith("EQUIVALENT entry")]
+    assert named == ["EQUIVALENT entry of a mutant the tests kill (tiny.py:2: + -> -; a test "
+                     f"tells it apart, so drop the entry): {wrong!r}"]
+    assert _totals(out).split()[1:] == ["1", "/", "2", "50.0%", "1", "/", "1"]  # explained
+
+
 def test_a_journal_with_list_is_refused(tiny, tmp_path, capsys):
     mutation, _, _ = tiny
     assert mutation.main(["--list", "--journal", str(tmp_path / "j.jsonl")]) == 2

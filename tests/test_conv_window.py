@@ -13,7 +13,7 @@ import pytest
 
 import workloads
 from dse.calibrate.expected import op_configs
-from dse.calibrate.features import FEATURES, feature_matrix, training_rows
+from dse.calibrate.features import FEATURES, channel_alignment, feature_matrix, training_rows
 from dse.measure.dataset import DATASETS_DIR
 from dse.roofline import evaluate_layers
 from workloads import TraceError, load_trace
@@ -212,3 +212,20 @@ def test_a_trace_op_and_its_cpu_trace_row_see_one_window(op, kernel_size, stride
     expected = feature_matrix(priced, 2, 16)[:, GEOMETRY]
     np.testing.assert_allclose(measured, np.repeat(expected, len(rows), axis=0))
     np.testing.assert_allclose(np.expm1(expected[0, -2:]), [kernel_size, stride])
+
+
+def test_channel_alignment_divides_by_no_zero_area():
+    """Rows without a window (area 0: a linear, a norm) are never divided by it, so no numpy
+    warning reaches a user of ``--calibrated``. By hand: only the convolution counts, K 27
+    over a 3x3 window is 3 input channels (odd: alignment 1) and 16 output channels (16)."""
+    import warnings
+
+    frame = pd.DataFrame({"kind": ["linear", "conv", "norm"], "k": [64.0, 27.0, 0.0],
+                          "m": [32.0, 16.0, 0.0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # x / 0 or x mod 0 would warn: fail instead
+        cin, cout = channel_alignment(frame, np.array([True, True, False]),
+                                      np.array([0.0, 3.0, 0.0]))
+    assert cin.tolist() == [0.0, 1.0, 0.0]
+    assert cout.tolist() == [0.0, 16.0, 0.0]
+

@@ -279,3 +279,22 @@ def test_csr_work_is_priced_at_the_csr_dtype_and_elementwise_at_the_vector_dtype
     activation = 256 * b * 2.0              # elementwise at fp16: 2 pJ
     assert row["energy_vector_j"] == pytest.approx((csr + activation) * 1e-12)
     assert row["energy_tensor_j"] == 0.0 and row["energy_sparse_tensor_j"] == 0.0
+
+
+def test_a_design_exactly_at_the_board_limit_is_not_capped():
+    """At a board power where E_d / board is the latency exactly, the cap stretches nothing
+    (capped latency = max(latency, E_d / (board - P_s)), with no static power here): not
+    power-capped, as ``dse evaluate`` prints it."""
+    free = dataclasses.replace(HW, static_power_w=None, board_power_w=None)
+    row = _energy(hw=free)
+    dynamic, latency = row["energy_j"], row["latency_s"]  # no static power: all dynamic
+    board = dynamic / latency
+    for _ in range(64):  # the float nearby whose E_d / board is the latency exactly
+        if dynamic / board == latency:
+            break
+        board = math.nextafter(board, math.inf if dynamic / board > latency else -math.inf)
+    assert dynamic / board == latency
+    tie = _energy(hw=dataclasses.replace(free, board_power_w=board))
+    assert not tie["power_capped"]
+    assert tie["capped_latency_s"] == latency
+

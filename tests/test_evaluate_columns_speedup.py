@@ -477,6 +477,32 @@ def test_frame_is_pandas_own():
     assert_same_frame(design_columns._direct_frame(columns, 3), pd.DataFrame(columns))
 
 
+#: One column of each kind a table may hand _frame, three rows each: those the direct path
+#: builds itself, and those it must hand to pd.DataFrame (objects that are not all strings).
+_KINDS = {
+    "strings": np.array(["a100", "", "h100"], dtype=object), "string": "fp16", "int": 4,
+    "float": 2.5, "floats": np.array([1.0, np.nan, -0.0]), "ints": np.array([3, 2, 1]),
+    "bools": np.array([False, True, True]),
+    "nullable bools": pd.arrays.BooleanArray(np.array([True, False, True]),
+                                             np.array([False, True, False])),
+    "nullable ints": pd.arrays.IntegerArray(np.array([0, 5, 1]), np.array([True, False, False])),
+    "all None": np.array([None, None, None], dtype=object),
+    "ints as objects": np.array([1, 2, 3], dtype=object),
+    "a string and a None": np.array(["x", None, "y"], dtype=object)}
+
+
+@pytest.mark.parametrize("kind", list(_KINDS))
+def test_frame_is_pandas_own_for_each_kind_of_column_alone_and_first(kind):
+    """_frame's contract, one kind of column at a time, alone and ahead of the others (the
+    direct path looks at the columns in order, and hands the whole frame to pd.DataFrame at
+    the first it does not build): always pd.DataFrame's frame with a RangeIndex of its rows."""
+    alone = {kind: _KINDS[kind]}
+    first = {kind: _KINDS[kind], **{k: v for k, v in _KINDS.items() if k != kind}}
+    for columns in (alone, first):  # the index given, as pd.DataFrame needs for scalars alone
+        assert_same_frame(design_columns._frame(columns, 3),
+                          pd.DataFrame(columns, index=pd.RangeIndex(3)))
+
+
 @pytest.mark.parametrize("language", [False, True, [True, False, True, False]])
 def test_dtype_columns_are_the_assigns(language):
     numerics = dse.Numerics(weight_dtype="int4", kv_dtype="fp8")
@@ -520,6 +546,29 @@ def test_no_direct_frames_where_pandas_infers_no_str_dtype():
         warnings.simplefilter("ignore")  # the option's deprecation
         with pd.option_context("future.infer_string", False):
             assert design_columns._direct_frames() is False
+
+
+def test_frame_is_pandas_own_where_pandas_infers_no_str_dtype():
+    """With pandas' (deprecated) option that turns off str inference, a small table is
+    pd.DataFrame's own: object columns of strings, not the direct path's str arrays."""
+    import warnings
+
+    columns = {"s": np.array(["a100", "h100"], dtype=object), "c": "fp16", "x": 2.5}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the option's deprecation
+        with pd.option_context("future.infer_string", False):
+            expected = pd.DataFrame(columns)
+            got = design_columns._frame(columns, 2)
+    assert expected["s"].dtype == object and expected["c"].dtype == object
+    assert_same_frame(got, expected)
+
+
+def test_design_table_adds_no_language_model_columns_unless_asked():
+    """design_table (public) of a vision trace, ``language`` left out: no language model
+    columns (they would read the trace's phase, which a vision trace has not)."""
+    table = design_table(load_trace("toy_hybrid"), accelerators("a100"), ["2:4"], [1],
+                         ["unfused"], ["gemm"])
+    assert table is not None and "tokens_per_s" not in table and "fits" in table
 
 
 def test_language_columns_name_the_kv_cache_dtype_or_the_compute_one():

@@ -37,6 +37,19 @@ def test_a_number_of_many_digits_is_refused_not_wrapped():
         formats.parse("block" + "9" * 30 + "@50%")
 
 
+@pytest.mark.parametrize("zeros", [17, 18, 40])
+def test_a_zero_padded_count_is_its_value(zeros):
+    """Leading zeros are not digits of the value, however many there are: 0...02:4 is 2:4."""
+    assert formats.parse("0" * zeros + "2:4").name == "2:4"
+    assert formats.parse("block" + "0" * zeros + "4@50%").name == "block4@50%"
+
+
+def test_n_equal_to_m_is_refused_by_the_grammar_naming_the_format_as_typed():
+    """4:4 is refused quoting what the user typed, spaces and all."""
+    with pytest.raises(formats.FormatError, match=r"^format ' 4 : 4': N:M needs"):
+        formats.parse(" 4 : 4")
+
+
 def test_the_largest_n_m_is_accepted_and_one_past_it_refused():
     """M up to 65,536 = 2**16 (the documented limit)."""
     assert MAX_M == 65_536
@@ -149,13 +162,28 @@ def test_n_m_runs_lie_along_each_row_of_a_wide_weight():
         "w: a run of 4 keeps 3 weights"]
 
 
-def test_equal_scores_keep_the_first():
-    """Ties are broken by position (a stable sort): the same masks on every run."""
+@pytest.mark.parametrize("n", [8, 64])
+def test_equal_scores_keep_the_first(n):
+    """Ties are broken by position (a stable sort): the same masks on every run. 64 scores,
+    because torch's unstable CPU sort keeps ties in order up to 16 elements (an insertion
+    sort), so 8 alone cannot tell the two sorts apart."""
     torch = pytest.importorskip("torch")
     from formats.masks import _layerwise_keep
 
-    (keep,) = _layerwise_keep([torch.ones(8)], 0.5)
-    assert keep.tolist() == [True] * 4 + [False] * 4
+    (keep,) = _layerwise_keep([torch.ones(n)], 0.5)
+    assert keep.tolist() == [True] * (n // 2) + [False] * (n // 2)
+
+
+def test_equal_magnitudes_keep_the_first():
+    """An 8 x 8 weight of +-1 (64 equal magnitudes) at unstructured 50%: the first 32 kept,
+    ties broken by position as for block scores."""
+    torch = pytest.importorskip("torch")
+    from formats.masks import PrunableWeight, global_masks
+
+    weight = torch.ones(8, 8)
+    weight[1::2] = -1.0
+    masks = global_masks({"fc": PrunableWeight(weight)}, formats.parse("unstructured@50%"))
+    assert masks["fc"].reshape(-1).tolist() == [True] * 32 + [False] * 32
 
 
 def test_a_layer_gives_a_block_away_only_when_it_keeps_more_than_one():

@@ -172,3 +172,40 @@ def test_language_model_columns_leave_the_table_as_it_was():
     assert list(out.columns[:len(table.columns)]) == list(table.columns)
     assert list(out.columns[-2:]) == ["weight_dtype", "kv_dtype"]
     assert (out["max_batch"] == out["largest_batch_that_fits"]).all()
+
+
+def test_layer_rows_keep_designs_apart_past_int64_codes():
+    """Keys of 2**20, 2**20, 2**20, 16 and 16 labels (int columns, no str cast): the codes
+    would reach 2**68 unrenumbered. Row B (hardware label 2**16, every other label 0) would
+    have the code 2**16 x 2**48 = 2**64, which wraps to row 0's 0; renumbered once the codes
+    pass 2**62, the two stay apart."""
+    n = 2**20
+    i = np.arange(n, dtype=np.int64)
+    keys = {"hardware": i, "format": i, "batch": i, "fusion": i % 16, "scope": (i // 16) % 16}
+    layers = pd.DataFrame({k: np.append(v, v[0]) for k, v in keys.items()})
+    layers.loc[n, "hardware"] = 2**16
+    layers["op"] = "fc1"
+    designs = layers.iloc[[0, n]].reset_index(drop=True)
+    rows = layer_rows(designs, layers, _trace(["fc1"]))
+    assert rows.of_designs[0] != rows.of_designs[1]
+    assert rows.of_layers[0] != rows.of_layers[n]
+    assert rows.count == n + 2  # n + 1 designs, and the one of designs without layer rows
+
+
+def test_layer_rows_count_is_the_designs_with_rows_plus_one():
+    """Designs numbered in the order they first appear among the design rows, then the layer
+    rows: (a100, 2:4, 1) is 0, (a100, 2:4, 8) is 1; the v100 design has no layer row and takes
+    the one slot past them, 2. count: the two designs and that slot, 3."""
+    rows = layer_rows(DESIGNS, LAYERS, _trace(["fc1", "fc2"]))
+    assert rows.count == 3
+    assert rows.of_designs.tolist() == [0, 1, 2]
+    assert rows.of_layers.tolist() == [1, 0, 1, 0, 0]
+
+
+def test_an_op_name_that_is_missing_is_minus_one():
+    """An op with no name (NA: pandas 3's astype(str) keeps it NA) is no op of the trace, -1,
+    as an unknown name ("nope") is."""
+    layers = LAYERS.assign(op=pd.Series(["fc2", None, "fc1", "nope", "fc2"], dtype=object))
+    rows = layer_rows(DESIGNS, layers, _trace(["fc1", "fc2"]))
+    assert rows.op.tolist() == [1, -1, 0, -1, 1]
+

@@ -4,7 +4,11 @@ or removed explains nothing any more, and must be checked and moved or dropped."
 
 from __future__ import annotations
 
-from benchmarks.mutation import EQUIVALENT, stale_equivalents
+import pytest
+
+from benchmarks.mutation import EQUIVALENT, ROOT, disproved_equivalents, stale_equivalents
+
+JOURNALS = sorted((ROOT / "benchmarks" / "results").glob("mutation_*.jsonl"))
 
 
 def test_every_explained_survivor_still_names_a_mutant():
@@ -13,3 +17,14 @@ def test_every_explained_survivor_still_names_a_mutant():
     assert not stale, ("benchmarks/mutation.py's EQUIVALENT has entries for lines that changed "
                        "(re-check each with `python -m benchmarks.mutation --list --module "
                        f"MODULE`, then move or drop it): {stale}")
+
+
+@pytest.mark.parametrize("journal", JOURNALS, ids=[p.stem for p in JOURNALS])
+def test_no_explained_survivor_is_killed_in_a_shipped_journal(journal):
+    """A mutant explained as equivalent that a shipped journal records killed (on its file as
+    it is now) is not equivalent: a test tells it apart, and the entry must go."""
+    assert JOURNALS
+    disproved = disproved_equivalents(journal)
+    assert not disproved, (f"{journal.name} records these mutants killed, but EQUIVALENT "
+                           f"explains them as equivalent; drop the entries: {disproved}")
+

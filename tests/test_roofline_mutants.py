@@ -1251,3 +1251,18 @@ def test_layer_rows_keep_designs_apart_past_2_to_the_64():
     assert rows.of_layers[0] == rows.of_designs[0]
     assert rows.of_layers[n // 2] == rows.of_designs[1]
     assert len(set(rows.of_layers.tolist())) == n + 1
+
+
+def test_the_first_runs_kernels_are_cached_where_the_note_looks():
+    """The two kernels a first compiled run compiles (the serial design totals and
+    ``_accumulate``, which it calls) keep their code on disk in the folder the first-run note
+    looks in (dse.cli.first_run): without that cache the note would print on every run.
+    In-process (numba's dispatchers are made, nothing compiled); the runs themselves are in
+    tests/test_first_run.py and tests/test_first_run_kernels.py."""
+    from dse.cli import first_run
+    from dse.roofline import kernels
+
+    for name in ("_accumulate", "_design_totals_serial"):
+        cache = getattr(kernels, name)._cache  # numba's NullCache (cache=False) has no path
+        assert getattr(cache, "_cache_path", None) == first_run._cache_folder(), name
+

@@ -94,3 +94,37 @@ def test_a_format_written_another_way_is_priced_as_its_canonical_form():
     out = sol_columns(rows, load("h100-sxm"), value_dtype="fp16", vector_dtype="fp16",
                       csr_dtype="fp16")
     assert out["sol_s"].iloc[0] == out["sol_s"].iloc[1] > 0
+
+
+def test_a_linear_row_of_one_input_element_is_priced(h100):
+    """A GEMM row with groups 1 and K = N = 1, the smallest input a row can read (one
+    element): fp16 bytes 2 x (64 x 1 weights + 1 x 1 input + 64 x 1 output), FLOPs 2 x 64."""
+    row = _row(k=1, n=1, groups=1)
+    priced = sol_columns(pd.DataFrame([row]), h100, "fp16", "fp32", "fp32")
+    assert priced["bytes"].iloc[0] == pytest.approx(2 * (64 + 1 + 64), rel=1e-12)
+    assert priced["flops"].iloc[0] == 2 * 64
+
+
+def test_a_vector_row_at_the_ridge_is_compute_bound(h100):
+    """14,926 x 67 B at 3.35 TB/s and 14,926 x 1,338 FLOPs at 66.9 TFLOP/s: both 14,926 x 20 ps,
+    equal in floating point too. A tie is "compute", as dse's own roofline labels it."""
+    from dse.roofline import memory_time
+
+    flops, nbytes = 14926.0 * 1338, 14926.0 * 67
+    assert flops / h100.vector_rate("fp32") == memory_time(np.array([nbytes]), h100)[0]  # a tie
+    priced = bound_columns(pd.DataFrame([_row(family="vector", flops=flops, bytes=nbytes)]),
+                           h100, "fp16", "fp32", "fp32")
+    assert priced["sol_s"].iloc[0] == pytest.approx(14926 * 2e-11, rel=1e-12)
+    assert priced["sol_bound"].iloc[0] == "compute"
+
+
+def test_a_row_reading_no_input_is_priced_whatever_its_groups(h100):
+    """Features of 0 input elements: priced as the weights and the output alone, with one
+    group as with two (a row is priced as a one-op trace's convolution either way, so no
+    trace check of a linear's model input refuses the one group)."""
+    for groups in (1, 2):
+        priced = sol_columns(pd.DataFrame([_row(groups=groups)]), h100, "fp16", "fp32", "fp32",
+                             features=np.array([[0, 4096]]))
+        weights = groups * 64 * 128
+        assert priced["bytes"].iloc[0] == pytest.approx(2 * (weights + 4096), rel=1e-12)
+

@@ -61,7 +61,10 @@ def sol_columns(frame: pd.DataFrame, hw, value_dtype: str = "tf32", vector_dtype
             row = out.loc[pos]
             i = out.index.get_loc(pos)
             record = {
-                "name": f"op{pos}", "kind": "conv" if row["groups"] > 1 else "linear",
+                # "conv" for every row: conv and linear are priced alike (WEIGHT_GEMM_KINDS),
+                # and the kind here only picks a trace check, that a linear reads all of the
+                # model input, which a one-op trace of measured rows does not have.
+                "name": f"op{pos}", "kind": "conv",
                 "m": int(row["m"]), "k": int(row["k"]), "n": int(row["n"]),
                 "groups": int(row["groups"]),
                 "weight_elems": int(row["groups"] * row["m"] * row["k"]),
