@@ -1023,14 +1023,14 @@ def disproved_equivalents(journal: Path) -> list[tuple[str, str, str]]:
     checked against the load) on its file as it is now: a test tells those apart, so their
     explanations are wrong and must be dropped."""
     digests: dict[str, str] = {}
-    found = []
+    found: dict[tuple[str, str, str], None] = {}  # in the journal's order, each key once
     for key, file_sha in Journal(journal).kills:
         if key in EQUIVALENT and (ROOT / key[0]).is_file():
             if key[0] not in digests:
                 digests[key[0]] = file_digest(ROOT, key[0])
-            if file_sha == digests[key[0]] and key not in found:
-                found.append(key)
-    return found
+            if file_sha == digests[key[0]]:
+                found[key] = None
+    return list(found)
 
 
 def mutated_source(mutant: Mutant) -> str:
@@ -1274,8 +1274,8 @@ def main(argv: list[str] | None = None) -> int:
                   + (f" (equivalent: {why})" if why else f"\n        unexplained; key {m.key!r}"))
     for chosen, survivors in results.values():
         # An explanation a test disproves: the mutant it calls equivalent is killed.
-        for m in sorted(set(chosen) - set(survivors), key=chosen.index):
-            if m.key in EQUIVALENT:
+        for m in chosen:
+            if m.key in EQUIVALENT and m not in survivors:
                 print(f"EQUIVALENT entry of a mutant the tests kill ({m.file}:{m.line}: "
                       f"{m.change}; a test tells it apart, so drop the entry): {m.key!r}")
     _print_stale(files if args.module else None)
